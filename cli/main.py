@@ -1,0 +1,338 @@
+"""The ``oreo`` command line: every operation, for scripts and cron.
+
+Global rules: ``oreo [--json] COMMAND ...``. With ``--json`` each command prints exactly
+one JSON document on stdout. Exit codes: 0 success, 1 refused or failed (one line
+``error: ...`` on stderr), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from core import auth, datasets, projects
+from core.catalog import Catalog, open_catalog
+from core.errors import InvalidInput, OreoError
+from core.reads import RowFilter
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Oreo: review console for Delta Lake tables.")
+user_app = typer.Typer(no_args_is_help=True, help="Local accounts.")
+project_app = typer.Typer(no_args_is_help=True, help="Projects.")
+member_app = typer.Typer(no_args_is_help=True, help="Project memberships and roles.")
+dataset_app = typer.Typer(no_args_is_help=True, help="Datasets: create, list, show, read rows.")
+app.add_typer(user_app, name="user")
+app.add_typer(project_app, name="project")
+app.add_typer(member_app, name="member")
+app.add_typer(dataset_app, name="dataset")
+
+
+@dataclass
+class _State:
+    json: bool = False
+
+
+state = _State()
+
+AsUser = Annotated[str | None, typer.Option("--as", help="Act as this user (default: the local operator).")]
+
+
+@app.callback()
+def _global(json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False) -> None:
+    state.json = json_output
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
+
+
+def emit(document: dict[str, Any], human: str | None = None) -> None:
+    """Print ``document`` as JSON with --json, else ``human`` (or an indented rendering)."""
+    if state.json:
+        sys.stdout.write(json.dumps(document, default=_jsonable) + "\n")
+    else:
+        sys.stdout.write((human if human is not None else json.dumps(document, default=_jsonable, indent=2)) + "\n")
+
+
+def _catalog() -> Catalog:
+    return open_catalog()
+
+
+def _actor(catalog: Catalog, username: str | None) -> auth.User:
+    return auth.SYSTEM if username is None else auth.get_user(catalog, username)
+
+
+def _read_password_stdin() -> str:
+    line = sys.stdin.readline()
+    if not line:
+        raise InvalidInput("--password-stdin given but nothing was read from standard input", field="password")
+    return line.rstrip("\r\n")
+
+
+# ---------------------------------------------------------------- demo
+
+
+@app.command()
+def demo() -> None:
+    """Seed the demo workspace (project demo, dataset customers, three accounts)."""
+    from core.demo import seed_demo
+
+    result = seed_demo(_catalog())
+    doc = {
+        "created": result.created,
+        "project": result.project,
+        "dataset": result.dataset,
+        "rows": result.rows,
+        "accounts": [{"username": a.username, "role": a.role, "password": a.password} for a in result.accounts],
+    }
+    if result.created:
+        lines = [f"Demo workspace ready: {result.project}/{result.dataset} with {result.rows:,} rows.", "Accounts:"]
+        lines += [f"  {a.username:<9} role={a.role:<9} password={a.password or '(unchanged)'}" for a in result.accounts]
+    else:
+        lines = [
+            f"Demo workspace already seeded: {result.project}/{result.dataset} with {result.rows:,} rows.",
+            "Accounts: editor, approver, admin (passwords were printed at first seed;",
+            "reset one with: oreo user password USERNAME).",
+        ]
+    emit(doc, "\n".join(lines))
+
+
+# ---------------------------------------------------------------- users
+
+
+@user_app.command("add")
+def user_add(
+    username: str,
+    email: Annotated[str | None, typer.Option(help="Email; OIDC sign-ins match on it.")] = None,
+    site_admin: Annotated[bool, typer.Option("--site-admin", help="Admin in every project.")] = False,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from stdin.")] = False,
+) -> None:
+    """Create a local account (a password is generated and printed unless --password-stdin)."""
+    password = _read_password_stdin() if password_stdin else None
+    user, used = auth.create_user(_catalog(), username, email=email, password=password, site_admin=site_admin)
+    doc: dict[str, Any] = {"username": user.username, "email": user.email, "site_admin": user.site_admin}
+    if password is None:
+        doc["password"] = used
+    human = f"created user {user.username}" + (f" with password {used}" if password is None else "")
+    emit(doc, human)
+
+
+@user_app.command("password")
+def user_password(
+    username: str,
+    password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from stdin.")] = False,
+) -> None:
+    """Set a new password (generated and printed unless --password-stdin)."""
+    password = _read_password_stdin() if password_stdin else auth.generate_password()
+    auth.set_password(_catalog(), username, password)
+    doc: dict[str, Any] = {"username": username}
+    if not password_stdin:
+        doc["password"] = password
+    emit(doc, f"password of {username} changed" + ("" if password_stdin else f" to {password}"))
+
+
+@user_app.command("list")
+def user_list() -> None:
+    """List accounts."""
+    users = auth.list_users(_catalog())
+    doc = {
+        "users": [
+            {"username": u.username, "email": u.email, "site_admin": u.site_admin, "auth_source": u.auth_source}
+            for u in users
+        ]
+    }
+    emit(doc, "\n".join(f"{u.username:<20} {u.email or '':<30} {'site-admin' if u.site_admin else ''}" for u in users))
+
+
+# ---------------------------------------------------------------- projects and members
+
+
+@project_app.command("create")
+def project_create(
+    project_id: str, name: Annotated[str | None, typer.Option(help="Display name.")] = None
+) -> None:
+    """Create a project."""
+    project = projects.create_project(_catalog(), project_id, name=name)
+    emit({"project": project.id, "name": project.name}, f"created project {project.id}")
+
+
+@project_app.command("list")
+def project_list(as_user: AsUser = None) -> None:
+    """List the projects visible to a user."""
+    catalog = _catalog()
+    items = projects.list_projects(catalog, _actor(catalog, as_user))
+    emit(
+        {"projects": [{"project": p.id, "name": p.name} for p in items]},
+        "\n".join(f"{p.id:<20} {p.name}" for p in items),
+    )
+
+
+@member_app.command("add")
+def member_add(
+    project_id: str,
+    username: str,
+    role: Annotated[str, typer.Option("--role", help="editor, approver or admin.")],
+) -> None:
+    """Give a user a role in a project."""
+    if role not in {r.value for r in auth.Role}:
+        raise typer.BadParameter(f"{role!r} is not one of editor, approver, admin", param_hint="--role")
+    auth.add_member(_catalog(), project_id, username, role)
+    emit({"project": project_id, "username": username, "role": role}, f"{username} is {role} in {project_id}")
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def _dataset_doc(info: datasets.DatasetInfo) -> dict[str, Any]:
+    return {
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "version": info.version,
+        "rows": info.rows,
+        "key": info.key_column,
+        "last_commit_id": info.last_commit_id,
+        "last_commit_at": info.last_commit_at,
+        "path": info.path,
+    }
+
+
+@dataset_app.command("create")
+def dataset_create(
+    project_id: str,
+    dataset_id: str,
+    file: Annotated[Path, typer.Option("--file", help="CSV, Parquet or XLSX file.")],
+    key: Annotated[str | None, typer.Option("--key", help="Column whose values become row_id.")] = None,
+    sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read.")] = None,
+    as_user: AsUser = None,
+) -> None:
+    """Create a dataset from a file; Spark writes its main Delta table."""
+    catalog = _catalog()
+    info = datasets.create_dataset(
+        catalog, project_id, dataset_id, file, key=key, sheet=sheet, actor=_actor(catalog, as_user)
+    )
+    emit(_dataset_doc(info), f"created {info.project_id}/{info.dataset_id}: {info.rows:,} rows, version {info.version}")
+
+
+@dataset_app.command("list")
+def dataset_list(project_id: Annotated[str | None, typer.Argument()] = None, as_user: AsUser = None) -> None:
+    """List datasets (of one project, or of every visible project)."""
+    catalog = _catalog()
+    items = datasets.list_datasets(catalog, actor=_actor(catalog, as_user), project_id=project_id)
+    emit(
+        {"datasets": [_dataset_doc(i) for i in items]},
+        "\n".join(f"{i.project_id}/{i.dataset_id:<30} v{i.version}  {i.rows:,} rows" for i in items)
+        or "no datasets",
+    )
+
+
+@dataset_app.command("show")
+def dataset_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
+    """Show a dataset's version, row count, columns and path."""
+    catalog = _catalog()
+    info = datasets.get_dataset(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
+    columns = [{"name": c.name, "type": c.type} for c in datasets.dataset_columns(info)]
+    doc = {
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "version": info.version,
+        "rows": info.rows,
+        "columns": columns,
+        "last_commit_id": info.last_commit_id,
+        "path": info.path,
+    }
+    human = "\n".join(
+        [
+            f"{info.project_id}/{info.dataset_id}  version {info.version}  {info.rows:,} rows",
+            f"path: {info.path}",
+            f"last commit: {info.last_commit_id}",
+            "columns:",
+            *[f"  {c['name']:<24} {c['type']}" for c in columns],
+        ]
+    )
+    emit(doc, human)
+
+
+def _parse_filters(specs: list[str], op: str) -> list[RowFilter]:
+    filters = []
+    for spec in specs:
+        column, sep, value = spec.partition("=")
+        if not sep or not column:
+            raise typer.BadParameter(f"{spec!r} must look like COLUMN=VALUE", param_hint=f"--{'filter' if op == 'eq' else 'contains'}")
+        filters.append(RowFilter(column=column, value=value, op=op))  # type: ignore[arg-type]
+    return filters
+
+
+def records(frame: Any) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts (NaN/NaT become null)."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return [dict(r) for r in clean.to_dict("records")]
+
+
+@dataset_app.command("rows")
+def dataset_rows(
+    project_id: str,
+    dataset_id: str,
+    version: Annotated[int | None, typer.Option("--version", help="Read as of this version.")] = None,
+    filter_: Annotated[list[str] | None, typer.Option("--filter", help="COLUMN=VALUE (exact), repeatable.")] = None,
+    contains: Annotated[list[str] | None, typer.Option("--contains", help="COLUMN=TEXT (substring), repeatable.")] = None,
+    order_by: Annotated[str | None, typer.Option("--order-by", help="Sort by this column.")] = None,
+    desc: Annotated[bool, typer.Option("--desc", help="Sort descending.")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="Rows per page.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", help="Rows to skip.")] = 0,
+    as_user: AsUser = None,
+) -> None:
+    """Read a page of rows through DuckDB."""
+    catalog = _catalog()
+    filters = _parse_filters(filter_ or [], "eq") + _parse_filters(contains or [], "contains")
+    page = datasets.dataset_rows(
+        catalog,
+        project_id,
+        dataset_id,
+        actor=_actor(catalog, as_user),
+        version=version,
+        filters=filters,
+        order_by=order_by,
+        descending=desc,
+        limit=limit,
+        offset=offset,
+    )
+    doc = {"rows": records(page.rows), "total": page.total}
+    human = page.rows.to_string(index=False) + f"\n({len(page.rows)} of {page.total} rows)"
+    emit(doc, human)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``oreo`` console script."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="oreo", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        sys.stderr.write("error: aborted\n")
+        return 1
+    except typer.TyperException as exc:  # usage errors: unknown command, bad option...
+        exc.show()
+        return int(getattr(exc, "exit_code", 2) or 2)
+    except OreoError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

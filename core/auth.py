@@ -1,0 +1,383 @@
+"""Accounts, sign-in and per-project roles.
+
+Roles are ordered ``editor < approver < admin``; each includes the ones below it, and a
+site admin holds ``admin`` everywhere. Every core operation takes the acting ``User`` and
+calls ``require_role`` before it touches anything.
+
+Local accounts keep an argon2id hash. OIDC accounts (``st.login``) are matched by email;
+``sign_in_oidc`` creates the account on first sign-in and grants the roles that the
+configured group mapping derives from the identity provider's group claim.
+
+``SYSTEM`` is the operator at the command line who did not name a user with ``--as``:
+whoever can run ``oreo`` on the server already holds the data and the catalog.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from core import audit
+from core.catalog import Catalog, MembershipRow, ProjectRow, UserRow, utcnow
+from core.errors import (
+    AlreadyExists,
+    AuthenticationFailed,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+)
+from core.layout import validate_id
+
+_hasher = PasswordHasher()
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+MIN_PASSWORD_LENGTH = 8
+
+
+class Role(enum.StrEnum):
+    EDITOR = "editor"
+    APPROVER = "approver"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    @classmethod
+    def parse(cls, value: str) -> Role:
+        try:
+            return cls(value)
+        except ValueError as exc:
+            raise InvalidInput(
+                f"unknown role {value!r}; use one of: {', '.join(r.value for r in cls)}", field="role"
+            ) from exc
+
+
+_RANK = {Role.EDITOR: 1, Role.APPROVER: 2, Role.ADMIN: 3}
+
+
+@dataclass(frozen=True)
+class User:
+    id: int
+    username: str
+    email: str | None = None
+    display_name: str | None = None
+    site_admin: bool = False
+    auth_source: str = "local"
+
+    @property
+    def label(self) -> str:
+        return self.display_name or self.username
+
+
+SYSTEM = User(id=0, username="system", display_name="command line operator", site_admin=True, auth_source="system")
+
+
+def _to_user(row: UserRow) -> User:
+    return User(
+        id=row.id,
+        username=row.username,
+        email=row.email,
+        display_name=row.display_name,
+        site_admin=row.site_admin,
+        auth_source=row.auth_source,
+    )
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def generate_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise InvalidInput(f"password must have at least {MIN_PASSWORD_LENGTH} characters", field="password")
+
+
+def _check_email(email: str | None) -> str | None:
+    if email is None or email == "":
+        return None
+    email = email.strip().lower()
+    if _EMAIL.fullmatch(email) is None:
+        raise InvalidInput(f"invalid email address {email!r}", field="email")
+    return email
+
+
+def create_user(
+    catalog: Catalog,
+    username: str,
+    *,
+    email: str | None = None,
+    password: str | None = None,
+    site_admin: bool = False,
+    display_name: str | None = None,
+    actor: User = SYSTEM,
+) -> tuple[User, str]:
+    """Create a local account.
+
+    Args:
+        catalog: The catalog to write to.
+        username: A new id-shaped username.
+        email: Optional, unique; OIDC sign-ins are matched on it.
+        password: At least 8 characters; generated when None.
+        site_admin: Grant every role in every project.
+        display_name: Shown in the UI.
+        actor: Who creates it; must be a site admin.
+
+    Returns:
+        The user and the password (the generated one, or the one given).
+
+    Raises:
+        InvalidInput: Bad username, email or password.
+        AlreadyExists: Username or email taken.
+        PermissionDenied: ``actor`` is not a site admin.
+    """
+    validate_id(username, kind="username")
+    email = _check_email(email)
+    if not actor.site_admin:
+        raise PermissionDenied(f"only a site admin can create users; {actor.username!r} is not one", user=actor.username)
+    password = password if password is not None else generate_password()
+    _check_password(password)
+    with catalog.session() as s:
+        if s.scalar(select(UserRow).where(UserRow.username == username)) is not None:
+            raise AlreadyExists(f"user {username!r} already exists", kind="user", ident=username)
+        if email and s.scalar(select(UserRow).where(UserRow.email == email)) is not None:
+            raise AlreadyExists(f"email {email!r} is already used by another user", kind="user", ident=email)
+        row = UserRow(
+            username=username,
+            email=email,
+            display_name=display_name,
+            password_hash=hash_password(password),
+            site_admin=site_admin,
+            auth_source="local",
+        )
+        s.add(row)
+        s.flush()
+        audit.record(s, audit.UserCreated(actor=actor.username, username=username, site_admin=site_admin))
+        return _to_user(row), password
+
+
+def set_password(catalog: Catalog, username: str, password: str, *, actor: User = SYSTEM) -> None:
+    """Replace a user's password (a site admin, or the user themself)."""
+    _check_password(password)
+    if not actor.site_admin and actor.username != username:
+        raise PermissionDenied("only a site admin can change another user's password", user=actor.username)
+    with catalog.session() as s:
+        row = _user_row(s, username)
+        row.password_hash = hash_password(password)
+        audit.record(s, audit.PasswordChanged(actor=actor.username, username=username))
+
+
+def _user_row(s: Session, username: str) -> UserRow:
+    row = s.scalar(select(UserRow).where(UserRow.username == username))
+    if row is None:
+        raise NotFound(f"unknown user {username!r}", kind="user", ident=username)
+    return row
+
+
+def get_user(catalog: Catalog, username: str) -> User:
+    """The user called ``username``.
+
+    Raises:
+        NotFound: No such user.
+    """
+    with catalog.session() as s:
+        return _to_user(_user_row(s, username))
+
+
+def list_users(catalog: Catalog) -> list[User]:
+    with catalog.session() as s:
+        return [_to_user(r) for r in s.scalars(select(UserRow).order_by(UserRow.username))]
+
+
+def authenticate(catalog: Catalog, username: str, password: str) -> User:
+    """Check a local password and return the user.
+
+    Raises:
+        AuthenticationFailed: Unknown user, wrong password or disabled account; the message
+            is the same for all three so it does not reveal which usernames exist.
+    """
+    failure = AuthenticationFailed("invalid username or password")
+    with catalog.session() as s:
+        row = s.scalar(select(UserRow).where(UserRow.username == username))
+        ok = False
+        if row is not None and row.password_hash and not row.disabled:
+            try:
+                ok = _hasher.verify(row.password_hash, password)
+            except (VerifyMismatchError, VerificationError, InvalidHashError):
+                ok = False
+        if not ok or row is None:
+            audit.record(s, audit.SignInFailed(actor=str(username)[:63] or "?"))
+        else:
+            if _hasher.check_needs_rehash(row.password_hash or ""):
+                row.password_hash = hash_password(password)
+            row.last_login_at = utcnow()
+            audit.record(s, audit.SignedIn(actor=row.username))
+            return _to_user(row)
+    raise failure
+
+
+def _username_from_email(s: Session, email: str) -> str:
+    base = re.sub(r"[^a-z0-9_-]", "-", email.split("@", 1)[0].lower()).strip("-_") or "user"
+    base = base[:50]
+    if not base[0].isalnum():
+        base = "u" + base
+    candidate = base
+    n = 1
+    while s.scalar(select(UserRow).where(UserRow.username == candidate)) is not None:
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+def grants_from_groups(groups: Iterable[str], group_roles: Mapping[str, Iterable[str]]) -> dict[str, Role]:
+    """Project roles that a user's identity-provider groups grant.
+
+    ``group_roles`` maps a group to grants like ``"demo:approver"``; ``"*:admin"`` makes
+    the user a site admin (returned under the key ``"*"``).
+
+    Raises:
+        InvalidInput: A grant is not ``project:role``.
+    """
+    granted: dict[str, Role] = {}
+    for group in groups:
+        for grant in group_roles.get(group, ()):
+            project, _, role_name = grant.partition(":")
+            if not project or not role_name:
+                raise InvalidInput(f"group grant {grant!r} must look like 'project:role'", field="group_roles")
+            if project != "*":
+                validate_id(project, kind="project id")
+            role = Role.parse(role_name)
+            if project not in granted or role.rank > granted[project].rank:
+                granted[project] = role
+    return granted
+
+
+def sign_in_oidc(
+    catalog: Catalog,
+    *,
+    email: str | None,
+    name: str | None = None,
+    groups: Iterable[str] = (),
+    group_roles: Mapping[str, Iterable[str]] | None = None,
+) -> User:
+    """Resolve an OIDC identity to an Oreo user, creating it on first sign-in.
+
+    Users are matched by email. Group grants only ever raise a membership, never lower
+    one an admin set by hand.
+
+    Raises:
+        AuthenticationFailed: The identity has no email, or the matched account is disabled.
+    """
+    email = _check_email(email) if email else None
+    if not email:
+        raise AuthenticationFailed("the identity provider did not send an email address; ask your admin to add the email scope")
+    grants = grants_from_groups(groups, group_roles or {})
+    with catalog.session() as s:
+        row = s.scalar(select(UserRow).where(UserRow.email == email))
+        if row is None:
+            row = UserRow(
+                username=_username_from_email(s, email),
+                email=email,
+                display_name=name,
+                password_hash=None,
+                site_admin=False,
+                auth_source="oidc",
+            )
+            s.add(row)
+            s.flush()
+            audit.record(s, audit.UserCreated(actor=row.username, username=row.username, auth_source="oidc"))
+        if row.disabled:
+            raise AuthenticationFailed("this account is disabled")
+        if grants.get("*") == Role.ADMIN and not row.site_admin:
+            row.site_admin = True
+        for project_id, role in grants.items():
+            if project_id == "*" or s.get(ProjectRow, project_id) is None:
+                continue
+            _raise_membership(s, project_id, row, role, actor=row.username, source="oidc-group")
+        row.last_login_at = utcnow()
+        audit.record(s, audit.SignedIn(actor=row.username, method="oidc"))
+        return _to_user(row)
+
+
+def _raise_membership(s: Session, project_id: str, user: UserRow, role: Role, *, actor: str, source: str) -> None:
+    member = s.get(MembershipRow, (project_id, user.id))
+    if member is not None and Role(member.role).rank >= role.rank:
+        return
+    if member is None:
+        s.add(MembershipRow(project_id=project_id, user_id=user.id, role=role.value))
+    else:
+        member.role = role.value
+    audit.record(
+        s, audit.MemberAdded(actor=actor, project_id=project_id, username=user.username, role=role.value, source=source)
+    )
+
+
+def role_in(catalog: Catalog, user: User, project_id: str) -> Role | None:
+    """The user's role in a project; site admins are admins everywhere."""
+    if user.site_admin:
+        return Role.ADMIN
+    with catalog.session() as s:
+        member = s.get(MembershipRow, (project_id, user.id))
+        return Role(member.role) if member is not None else None
+
+
+def require_role(catalog: Catalog, user: User, project_id: str, needed: Role, *, action: str) -> Role:
+    """Raise ``PermissionDenied`` unless ``user`` holds ``needed`` (or higher) in the project."""
+    held = role_in(catalog, user, project_id)
+    if held is None or held.rank < needed.rank:
+        have = f"has the {held.value} role" if held else "is not a member"
+        raise PermissionDenied(
+            f"{user.username!r} cannot {action}: it needs the {needed.value} role in project "
+            f"{project_id!r} and {user.username!r} {have}",
+            user=user.username,
+            project_id=project_id,
+            required=needed.value,
+        )
+    return held
+
+
+def add_member(catalog: Catalog, project_id: str, username: str, role: str | Role, *, actor: User = SYSTEM) -> None:
+    """Give ``username`` a role in a project, replacing any role it had (needs admin)."""
+    validate_id(project_id, kind="project id")
+    role = Role.parse(str(role))
+    with catalog.session() as s:
+        if s.get(ProjectRow, project_id) is None:
+            raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
+        user = _user_row(s, username)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="manage project members")
+    with catalog.session() as s:
+        member = s.get(MembershipRow, (project_id, user.id))
+        if member is None:
+            s.add(MembershipRow(project_id=project_id, user_id=user.id, role=role.value))
+        else:
+            member.role = role.value
+        audit.record(s, audit.MemberAdded(actor=actor.username, project_id=project_id, username=username, role=role.value))
+
+
+def memberships(catalog: Catalog, user: User) -> dict[str, Role]:
+    """Project id -> role for every project the user may see."""
+    with catalog.session() as s:
+        if user.site_admin:
+            return {p: Role.ADMIN for p in s.scalars(select(ProjectRow.id))}
+        rows = s.scalars(select(MembershipRow).where(MembershipRow.user_id == user.id))
+        return {m.project_id: Role(m.role) for m in rows}
+
+
+def highest_role(catalog: Catalog, user: User) -> Role | None:
+    """The strongest role the user holds in any project (drives which pages are listed)."""
+    roles = memberships(catalog, user).values()
+    if user.site_admin:
+        return Role.ADMIN
+    return max(roles, key=lambda r: r.rank, default=None)

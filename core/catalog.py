@@ -1,0 +1,220 @@
+"""The metadata catalog: projects, datasets, users, memberships and the audit log.
+
+SQLAlchemy 2 ORM over any URL (SQLite by default, PostgreSQL through
+``postgresql+psycopg://``). The schema is owned by Alembic migrations in
+``core/migrations``; ``open_catalog`` upgrades to head before first use.
+
+Audit events are append-only: the ORM refuses to update or delete them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+from core.config import get_settings
+from core.errors import EngineError
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timestamps stored in UTC and always returned timezone-aware (SQLite drops tz)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ProjectRow(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(63), unique=True)
+    email: Mapped[str | None] = mapped_column(String(320), unique=True, nullable=True)
+    display_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    password_hash: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    site_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    auth_source: Mapped[str] = mapped_column(String(16), default="local")
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    project_id: Mapped[str] = mapped_column(
+        String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DatasetRow(Base):
+    __tablename__ = "datasets"
+
+    project_id: Mapped[str] = mapped_column(
+        String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    dataset_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    key_column: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    delta_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_commit_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_commit_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    row_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_by: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AuditEventRow(Base):
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63), index=True)
+    project_id: Mapped[str | None] = mapped_column(String(63), nullable=True, index=True)
+    dataset_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    target: Mapped[str] = mapped_column(Text)
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+@event.listens_for(AuditEventRow, "before_update")
+@event.listens_for(AuditEventRow, "before_delete")
+def _audit_is_append_only(mapper: Any, connection: Any, target: AuditEventRow) -> None:
+    raise EngineError("audit events are append-only and cannot be changed or deleted")
+
+
+class Catalog:
+    """A migrated catalog database and its session factory."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A unit of work: committed on success, rolled back on any error."""
+        with self._sessions() as s:
+            try:
+                yield s
+                s.commit()
+            except BaseException:
+                s.rollback()
+                raise
+
+    def upgrade(self) -> None:
+        """Bring the schema to the newest Alembic revision."""
+        from alembic import command
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+        cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
+        with self.engine.begin() as connection:
+            cfg.attributes["connection"] = connection
+            command.upgrade(cfg, "head")
+
+
+def _make_engine(url: str) -> Engine:
+    kwargs: dict[str, Any] = {"future": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
+            cur = dbapi_connection.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+    return engine
+
+
+_catalogs: dict[str, Catalog] = {}
+_catalog_lock = threading.Lock()
+
+
+def open_catalog(url: str | None = None) -> Catalog:
+    """The migrated catalog at ``url`` (default: the configured one), opened once per process."""
+    url = url or get_settings().database_url
+    with _catalog_lock:
+        catalog = _catalogs.get(url)
+        if catalog is None:
+            catalog = Catalog(url)
+            try:
+                catalog.upgrade()
+            except Exception as exc:
+                raise EngineError(f"could not open the catalog at {_redact(url)}: {exc}") from exc
+            _catalogs[url] = catalog
+    return catalog
+
+
+def reset_catalogs() -> None:
+    """Forget opened catalogs (tests switch databases between cases)."""
+    with _catalog_lock:
+        for catalog in _catalogs.values():
+            catalog.engine.dispose()
+        _catalogs.clear()
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

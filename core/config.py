@@ -1,0 +1,87 @@
+"""Settings, read once from the environment.
+
+Every setting is documented in the README. Tests change the environment and call
+``get_settings.cache_clear()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from core.errors import InvalidInput
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise InvalidInput(f"setting {name} must be an integer, got {raw!r}", field=name) from exc
+
+
+def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            "setting OREO_OIDC_GROUP_ROLES must be JSON like "
+            '{"group": ["project:role"]}', field="OREO_OIDC_GROUP_ROLES"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise InvalidInput("setting OREO_OIDC_GROUP_ROLES must be a JSON object", field="OREO_OIDC_GROUP_ROLES")
+    return {str(group): tuple(str(g) for g in grants) for group, grants in parsed.items()}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Process-wide configuration."""
+
+    data_root: Path
+    database_url: str
+    spark_remote: str | None = None
+    spark_master: str = "local[*]"
+    spark_shuffle_partitions: int = 4
+    spark_driver_memory: str = "2g"
+    session_ttl_hours: int = 72
+    import_ttl_hours: int = 24
+    restore_window_days: int = 90
+    max_upload_mb: int = 200
+    page_size: int = 50
+    demo_rows: int = 100_000
+    oidc_groups_claim: str = "groups"
+    oidc_group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        data_root = Path(os.environ.get("DELTA_DATA_ROOT") or "data/delta").expanduser().absolute()
+        default_db = f"sqlite:///{data_root.parent / 'oreo-catalog.db'}"
+        return cls(
+            data_root=data_root,
+            database_url=os.environ.get("OREO_DATABASE_URL") or default_db,
+            spark_remote=os.environ.get("SPARK_REMOTE") or None,
+            spark_master=os.environ.get("OREO_SPARK_MASTER") or "local[*]",
+            spark_shuffle_partitions=_int("OREO_SPARK_SHUFFLE_PARTITIONS", 4),
+            spark_driver_memory=os.environ.get("OREO_SPARK_DRIVER_MEMORY") or "2g",
+            session_ttl_hours=_int("OREO_SESSION_TTL_HOURS", 72),
+            import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
+            restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
+            max_upload_mb=_int("OREO_MAX_UPLOAD_MB", 200),
+            page_size=_int("OREO_PAGE_SIZE", 50),
+            demo_rows=_int("OREO_DEMO_ROWS", 100_000),
+            oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",
+            oidc_group_roles=_group_roles(os.environ.get("OREO_OIDC_GROUP_ROLES", "")),
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process, read from the environment on first use."""
+    return Settings.from_env()

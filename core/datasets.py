@@ -1,0 +1,322 @@
+"""Datasets: creation from a file, the catalog sync after each commit, and browsing.
+
+Creating a dataset validates the whole file first (``core.ingest``), derives ``row_id``
+(the key column's values as strings, or a UUID per row), then lays out the dataset's
+folders, keeps the upload under ``imports/<upload_id>/`` and has Spark write ``main/`` in
+one CTAS commit carrying the table properties and the commit's userMetadata. Any failure
+removes every folder it made, and the catalog row is written last, so a failed create
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from sqlalchemy import select
+
+from core import audit, engine, reads
+from core.auth import SYSTEM, Role, User, memberships, require_role
+from core.catalog import Catalog, DatasetRow, ProjectRow, utcnow
+from core.config import get_settings
+from core.errors import AlreadyExists, EngineError, InvalidInput, NotFound, OreoError, ValidationFailed
+from core.ingest import RESERVED_COLUMNS, file_kind, read_table_file
+from core.layout import DatasetLayout, dataset_layout, new_id, validate_id
+
+ROW_ID = "row_id"
+_SHOWN_OFFENDERS = 10
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    project_id: str
+    dataset_id: str
+    key_column: str | None
+    version: int | None
+    rows: int | None
+    last_commit_id: str | None
+    last_commit_at: datetime | None
+    created_by: str
+    path: str
+
+
+def _info(row: DatasetRow) -> DatasetInfo:
+    layout = dataset_layout(get_settings().data_root, row.project_id, row.dataset_id)
+    return DatasetInfo(
+        project_id=row.project_id,
+        dataset_id=row.dataset_id,
+        key_column=row.key_column,
+        version=row.delta_version,
+        rows=row.row_count,
+        last_commit_id=row.last_commit_id,
+        last_commit_at=row.last_commit_at,
+        created_by=row.created_by,
+        path=str(layout.main),
+    )
+
+
+def layout_for(project_id: str, dataset_id: str) -> DatasetLayout:
+    return dataset_layout(get_settings().data_root, project_id, dataset_id)
+
+
+def row_ids_for(table: pa.Table, key: str | None) -> pa.Array:
+    """``row_id`` values for ``table``: the key column as strings, or fresh UUIDs.
+
+    Raises:
+        InvalidInput: ``key`` is not a column.
+        ValidationFailed: The key has NULLs or duplicates; the message lists the first ones.
+    """
+    if key is None:
+        return pa.array([str(uuid.uuid4()) for _ in range(table.num_rows)], type=pa.string())
+    if key not in table.column_names:
+        raise InvalidInput(
+            f"key column {key!r} is not in the file; columns are: {', '.join(table.column_names)}", field="key"
+        )
+    values = table.column(key)
+    if values.null_count:
+        positions = pc.indices_nonzero(pc.is_null(values)).to_pylist()[:_SHOWN_OFFENDERS]
+        rows = ", ".join(str(p + 1) for p in positions)
+        raise ValidationFailed(
+            f"key column {key!r} has {values.null_count} empty value(s), first at data row(s) {rows}; "
+            "every row needs a key",
+            offending=tuple(str(p + 1) for p in positions),
+        )
+    as_text = values.cast(pa.string()) if values.type != pa.string() else values
+    counts = pc.value_counts(as_text)
+    duplicated = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))
+    if len(duplicated):
+        shown = duplicated.to_pylist()[:_SHOWN_OFFENDERS]
+        raise ValidationFailed(
+            f"key column {key!r} has {len(duplicated)} duplicated value(s): {', '.join(map(str, shown))}; "
+            "keys must be unique",
+            offending=tuple(map(str, shown)),
+        )
+    return as_text.combine_chunks() if isinstance(as_text, pa.ChunkedArray) else as_text
+
+
+def with_row_ids(table: pa.Table, key: str | None) -> pa.Table:
+    """``table`` with ``row_id`` as its first column (the key itself stays a column)."""
+    if key is None:
+        reserved = RESERVED_COLUMNS & set(table.column_names)
+        if reserved:
+            raise InvalidInput(
+                f"column {sorted(reserved)[0]!r} is reserved for Oreo's row ids; rename it or use it as the key",
+                field="file",
+            )
+    ids = row_ids_for(table, key)
+    if key == ROW_ID:
+        table = table.drop_columns([ROW_ID])
+    return table.add_column(0, pa.field(ROW_ID, pa.string(), nullable=False), ids)
+
+
+def create_dataset(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    file: Path | str,
+    *,
+    key: str | None = None,
+    sheet: str | None = None,
+    actor: User = SYSTEM,
+) -> DatasetInfo:
+    """Create a dataset whose ``main`` table holds the rows of ``file``.
+
+    Args:
+        catalog: The catalog.
+        project_id: An existing project.
+        dataset_id: A new dataset id.
+        file: CSV, Parquet or XLSX.
+        key: Column whose values become ``row_id``; unique, non-null. None: UUIDs.
+        sheet: XLSX sheet to read.
+        actor: Must be admin in the project.
+
+    Raises:
+        InvalidInput / InvalidFile: Bad ids, file or key.
+        ValidationFailed: Duplicate or NULL keys.
+        AlreadyExists: The dataset exists.
+        PermissionDenied: ``actor`` is not an admin of the project.
+        EngineError: Spark failed; nothing is left behind.
+    """
+    layout = layout_for(project_id, dataset_id)
+    file = Path(file)
+    file_kind(file)
+    with catalog.session() as s:
+        if s.get(ProjectRow, project_id) is None:
+            raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
+        if s.get(DatasetRow, (project_id, dataset_id)) is not None:
+            raise AlreadyExists(f"dataset {project_id}/{dataset_id} already exists", kind="dataset", ident=dataset_id)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="create a dataset")
+    if layout.exists():
+        raise AlreadyExists(
+            f"folder {layout.root} already exists but is not in the catalog; move it away first",
+            kind="dataset",
+            ident=dataset_id,
+        )
+    settings = get_settings()
+    table = with_row_ids(
+        read_table_file(file, sheet=sheet, max_bytes=settings.max_upload_mb * 1024 * 1024), key
+    )
+
+    project_dir = layout.root.parent.parent
+    project_dir_existed = project_dir.exists()
+    commit = engine.new_commit(actor.username, "create_dataset", dataset=f"{project_id}/{dataset_id}")
+    try:
+        layout.create()
+        upload_id = new_id("up")
+        upload = layout.upload(upload_id)
+        upload.mkdir(parents=True)
+        shutil.copyfile(file, upload / f"raw{file.suffix.lower()}")
+        converted = upload / "converted.parquet"
+        pq.write_table(table, converted)
+        _write_main(layout, converted, commit)
+        info = sync_dataset(catalog, project_id, dataset_id, commit, key_column=key, created_by=actor.username)
+        with catalog.session() as s:
+            audit.record(
+                s,
+                audit.DatasetCreated(
+                    actor=actor.username,
+                    project_id=project_id,
+                    dataset_id=dataset_id,
+                    source_file=file.name,
+                    key_column=key,
+                    rows=info.rows or 0,
+                    version=info.version or 0,
+                    commit_id=commit.commit_id,
+                ),
+            )
+        return info
+    except BaseException:
+        shutil.rmtree(layout.root, ignore_errors=True)
+        if not project_dir_existed:
+            shutil.rmtree(project_dir, ignore_errors=True)
+        with catalog.session() as s:
+            row = s.get(DatasetRow, (project_id, dataset_id))
+            if row is not None:
+                s.delete(row)
+        raise
+
+
+def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInfo) -> None:
+    spark = engine.get_spark()
+    view = f"oreo_create_{uuid.uuid4().hex}"
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in engine.MAIN_TABLE_PROPERTIES.items())
+    try:
+        spark.read.parquet(str(converted)).createOrReplaceTempView(view)
+        with engine.commit_metadata(commit):
+            spark.sql(
+                f"CREATE TABLE {engine.delta_ref(layout.main)} USING DELTA "
+                f"TBLPROPERTIES ({props}) AS SELECT * FROM {view}"
+            )
+    except OreoError:
+        raise
+    except Exception as exc:
+        raise EngineError(f"Spark could not write the main table: {str(exc).splitlines()[0]}") from exc
+    finally:
+        try:
+            spark.catalog.dropTempView(view)
+        except Exception:  # the view may not exist if the read failed
+            pass
+
+
+def sync_dataset(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    commit: engine.CommitInfo,
+    *,
+    key_column: str | None = None,
+    created_by: str | None = None,
+) -> DatasetInfo:
+    """Record the state after an Oreo commit (seed 002 section 8.D).
+
+    Stores the version that ``commit`` created, its id and time, and the row count
+    counted by DuckDB. Creates the catalog row when ``created_by`` is given.
+    """
+    layout = layout_for(project_id, dataset_id)
+    version = engine.version_of_commit(layout.main, commit.commit_id)
+    rows = reads.count_rows(layout.main, version)
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        if row is None:
+            if created_by is None:
+                raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset")
+            row = DatasetRow(project_id=project_id, dataset_id=dataset_id, key_column=key_column, created_by=created_by)
+            s.add(row)
+        row.delta_version = version
+        row.last_commit_id = commit.commit_id
+        row.last_commit_at = utcnow()
+        row.row_count = rows
+        s.flush()
+        return _info(row)
+
+
+def get_dataset(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> DatasetInfo:
+    """A dataset's catalog entry, for a member of its project.
+
+    Raises:
+        NotFound: Unknown dataset.
+        PermissionDenied: ``actor`` is not a member of the project.
+    """
+    validate_id(project_id, kind="project id")
+    validate_id(dataset_id, kind="dataset id")
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        if row is None:
+            raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset", ident=dataset_id)
+        info = _info(row)
+    require_role(catalog, actor, project_id, Role.EDITOR, action="read this dataset")
+    return info
+
+
+def list_datasets(catalog: Catalog, *, actor: User, project_id: str | None = None) -> list[DatasetInfo]:
+    """Datasets of the projects ``actor`` may see, optionally one project only."""
+    visible = memberships(catalog, actor)
+    if project_id is not None:
+        validate_id(project_id, kind="project id")
+        require_role(catalog, actor, project_id, Role.EDITOR, action="list its datasets")
+    query = select(DatasetRow).order_by(DatasetRow.project_id, DatasetRow.dataset_id)
+    if project_id is not None:
+        query = query.where(DatasetRow.project_id == project_id)
+    with catalog.session() as s:
+        return [_info(r) for r in s.scalars(query) if r.project_id in visible]
+
+
+def dataset_columns(info: DatasetInfo, version: int | None = None) -> list[reads.Column]:
+    return reads.table_schema(Path(info.path), version)
+
+
+def dataset_rows(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    actor: User,
+    version: int | None = None,
+    filters: list[reads.RowFilter] | None = None,
+    order_by: str | None = None,
+    descending: bool = False,
+    limit: int = 50,
+    offset: int = 0,
+) -> reads.Page:
+    """A page of the main table (optionally as of ``version``), read through DuckDB."""
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    if version is not None and (version < 0 or (info.version is not None and version > info.version)):
+        raise NotFound(
+            f"dataset {project_id}/{dataset_id} has no version {version}; the latest is {info.version}",
+            kind="version",
+        )
+    return reads.read_page(
+        Path(info.path),
+        version=version,
+        filters=filters,
+        order_by=order_by,
+        descending=descending,
+        limit=limit,
+        offset=offset,
+    )

@@ -1,0 +1,128 @@
+"""The storage contract: where every Delta table and file of a dataset lives.
+
+This module is the only place that turns ids into paths (seed 002, section 8.A)::
+
+    $DELTA_DATA_ROOT/projects/<project_id>/datasets/<dataset_id>/
+        main/                                   canonical Delta table
+        staging/<change_request_id>/            one Delta table per change request
+        live_edit/<session_id>/edits.delta/     changed cells of one session
+        live_edit/<session_id>/metadata.json
+        imports/<upload_id>/                    raw and converted uploads
+        audit/validation_runs/<run_id>/         GX summary.json and full.json
+        audit/snapshots/  audit/history/  audit/maintenance/
+
+Every id is checked against ``ID_PATTERN`` before a path is built, so no user string
+can climb out of the data root or create a folder by accident.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import InvalidInput
+
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII)
+DATASET_SUBDIRS = ("main", "staging", "live_edit", "imports", "audit")
+AUDIT_SUBDIRS = ("validation_runs", "snapshots", "history", "maintenance")
+
+
+def validate_id(value: object, *, kind: str = "id") -> str:
+    """Return ``value`` if it is a safe id, else raise ``InvalidInput`` naming the problem.
+
+    Args:
+        value: The candidate id.
+        kind: What the id names ("project id", "dataset id"...), for the message.
+
+    Raises:
+        InvalidInput: The id is empty, too long, or has characters outside ``[a-z0-9_-]``.
+    """
+    if not isinstance(value, str) or value == "":
+        raise InvalidInput(f"{kind} must not be empty", field=kind)
+    if ID_PATTERN.fullmatch(value) is None:
+        raise InvalidInput(
+            f"invalid {kind} {value!r}: use 1-63 lowercase ASCII letters, digits, '_' or '-', "
+            "starting with a letter or digit",
+            field=kind,
+        )
+    return value
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as ``cr_3f9a0c1d2b7e4a11`` that passes ``validate_id``."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@dataclass(frozen=True)
+class DatasetLayout:
+    """Resolved paths of one dataset. Build it with ``dataset_layout``."""
+
+    root: Path
+    project_id: str
+    dataset_id: str
+
+    @property
+    def main(self) -> Path:
+        return self.root / "main"
+
+    @property
+    def staging_root(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def live_edit_root(self) -> Path:
+        return self.root / "live_edit"
+
+    @property
+    def imports_root(self) -> Path:
+        return self.root / "imports"
+
+    @property
+    def audit(self) -> Path:
+        return self.root / "audit"
+
+    def staging(self, change_request_id: str) -> Path:
+        return self.staging_root / validate_id(change_request_id, kind="change request id")
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.live_edit_root / validate_id(session_id, kind="session id")
+
+    def live_edit(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "edits.delta"
+
+    def session_metadata(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / "metadata.json"
+
+    def upload(self, upload_id: str) -> Path:
+        return self.imports_root / validate_id(upload_id, kind="upload id")
+
+    def validation_run(self, run_id: str) -> Path:
+        return self.audit / "validation_runs" / validate_id(run_id, kind="validation run id")
+
+    def maintenance_reports(self) -> Path:
+        return self.audit / "maintenance"
+
+    def exists(self) -> bool:
+        return self.root.is_dir()
+
+    def has_main_table(self) -> bool:
+        return (self.main / "_delta_log").is_dir()
+
+    def create(self) -> None:
+        """Create the whole folder structure. Idempotent."""
+        for sub in DATASET_SUBDIRS:
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for sub in AUDIT_SUBDIRS:
+            (self.audit / sub).mkdir(parents=True, exist_ok=True)
+
+
+def project_root(data_root: Path, project_id: str) -> Path:
+    return Path(data_root) / "projects" / validate_id(project_id, kind="project id")
+
+
+def dataset_layout(data_root: Path, project_id: str, dataset_id: str) -> DatasetLayout:
+    """Resolve a dataset's paths after validating both ids. Creates nothing."""
+    root = project_root(data_root, project_id) / "datasets" / validate_id(dataset_id, kind="dataset id")
+    return DatasetLayout(root=root, project_id=project_id, dataset_id=dataset_id)

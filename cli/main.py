@@ -162,9 +162,7 @@ def user_list() -> None:
 
 
 @project_app.command("create")
-def project_create(
-    project_id: str, name: Annotated[str | None, typer.Option(help="Display name.")] = None
-) -> None:
+def project_create(project_id: str, name: Annotated[str | None, typer.Option(help="Display name.")] = None) -> None:
     """Create a project."""
     project = projects.create_project(_catalog(), project_id, name=name)
     emit({"project": project.id, "name": project.name}, f"created project {project.id}")
@@ -234,8 +232,7 @@ def dataset_list(project_id: Annotated[str | None, typer.Argument()] = None, as_
     items = datasets.list_datasets(catalog, actor=_actor(catalog, as_user), project_id=project_id)
     emit(
         {"datasets": [_dataset_doc(i) for i in items]},
-        "\n".join(f"{i.project_id}/{i.dataset_id:<30} v{i.version}  {i.rows:,} rows" for i in items)
-        or "no datasets",
+        "\n".join(f"{i.project_id}/{i.dataset_id:<30} v{i.version}  {i.rows:,} rows" for i in items) or "no datasets",
     )
 
 
@@ -271,7 +268,9 @@ def _parse_filters(specs: list[str], op: str) -> list[RowFilter]:
     for spec in specs:
         column, sep, value = spec.partition("=")
         if not sep or not column:
-            raise typer.BadParameter(f"{spec!r} must look like COLUMN=VALUE", param_hint=f"--{'filter' if op == 'eq' else 'contains'}")
+            raise typer.BadParameter(
+                f"{spec!r} must look like COLUMN=VALUE", param_hint=f"--{'filter' if op == 'eq' else 'contains'}"
+            )
         filters.append(RowFilter(column=column, value=value, op=op))  # type: ignore[arg-type]
     return filters
 
@@ -288,7 +287,9 @@ def dataset_rows(
     dataset_id: str,
     version: Annotated[int | None, typer.Option("--version", help="Read as of this version.")] = None,
     filter_: Annotated[list[str] | None, typer.Option("--filter", help="COLUMN=VALUE (exact), repeatable.")] = None,
-    contains: Annotated[list[str] | None, typer.Option("--contains", help="COLUMN=TEXT (substring), repeatable.")] = None,
+    contains: Annotated[
+        list[str] | None, typer.Option("--contains", help="COLUMN=TEXT (substring), repeatable.")
+    ] = None,
     order_by: Annotated[str | None, typer.Option("--order-by", help="Sort by this column.")] = None,
     desc: Annotated[bool, typer.Option("--desc", help="Sort descending.")] = False,
     limit: Annotated[int, typer.Option("--limit", help="Rows per page.")] = 50,

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core import audit
@@ -146,7 +145,9 @@ def create_user(
     validate_id(username, kind="username")
     email = _check_email(email)
     if not actor.site_admin:
-        raise PermissionDenied(f"only a site admin can create users; {actor.username!r} is not one", user=actor.username)
+        raise PermissionDenied(
+            f"only a site admin can create users; {actor.username!r} is not one", user=actor.username
+        )
     password = password if password is not None else generate_password()
     _check_password(password)
     with catalog.session() as s:
@@ -282,7 +283,9 @@ def sign_in_oidc(
     """
     email = _check_email(email) if email else None
     if not email:
-        raise AuthenticationFailed("the identity provider did not send an email address; ask your admin to add the email scope")
+        raise AuthenticationFailed(
+            "the identity provider did not send an email address; ask your admin to add the email scope"
+        )
     grants = grants_from_groups(groups, group_roles or {})
     with catalog.session() as s:
         row = s.scalar(select(UserRow).where(UserRow.email == email))
@@ -363,7 +366,9 @@ def add_member(catalog: Catalog, project_id: str, username: str, role: str | Rol
             s.add(MembershipRow(project_id=project_id, user_id=user.id, role=role.value))
         else:
             member.role = role.value
-        audit.record(s, audit.MemberAdded(actor=actor.username, project_id=project_id, username=username, role=role.value))
+        audit.record(
+            s, audit.MemberAdded(actor=actor.username, project_id=project_id, username=username, role=role.value)
+        )
 
 
 def memberships(catalog: Catalog, user: User) -> dict[str, Role]:

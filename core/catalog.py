@@ -88,9 +88,7 @@ class UserRow(Base):
 class MembershipRow(Base):
     __tablename__ = "memberships"
 
-    project_id: Mapped[str] = mapped_column(
-        String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
-    )
+    project_id: Mapped[str] = mapped_column(String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
     user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     role: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -99,9 +97,7 @@ class MembershipRow(Base):
 class DatasetRow(Base):
     __tablename__ = "datasets"
 
-    project_id: Mapped[str] = mapped_column(
-        String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
-    )
+    project_id: Mapped[str] = mapped_column(String(63), ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
     dataset_id: Mapped[str] = mapped_column(String(63), primary_key=True)
     key_column: Mapped[str | None] = mapped_column(String(200), nullable=True)
     delta_version: Mapped[int | None] = mapped_column(Integer, nullable=True)

@@ -32,8 +32,7 @@ def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
         parsed = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
-            "setting OREO_OIDC_GROUP_ROLES must be JSON like "
-            '{"group": ["project:role"]}', field="OREO_OIDC_GROUP_ROLES"
+            'setting OREO_OIDC_GROUP_ROLES must be JSON like {"group": ["project:role"]}', field="OREO_OIDC_GROUP_ROLES"
         ) from exc
     if not isinstance(parsed, dict):
         raise InvalidInput("setting OREO_OIDC_GROUP_ROLES must be a JSON object", field="OREO_OIDC_GROUP_ROLES")

@@ -159,9 +159,7 @@ def create_dataset(
             ident=dataset_id,
         )
     settings = get_settings()
-    table = with_row_ids(
-        read_table_file(file, sheet=sheet, max_bytes=settings.max_upload_mb * 1024 * 1024), key
-    )
+    table = with_row_ids(read_table_file(file, sheet=sheet, max_bytes=settings.max_upload_mb * 1024 * 1024), key)
 
     project_dir = layout.root.parent.parent
     project_dir_existed = project_dir.exists()

@@ -67,8 +67,8 @@ def customers_table(rows: int, seed: int = 7) -> pa.Table:
     firsts = first[fi]
     lasts = last[li]
     emails = [
-        f"{f.lower()}.{l.lower()}{i % 1000}@{d}".replace(" ", "").replace("'", "")
-        for f, l, i, d in zip(firsts, lasts, ids, domains[di], strict=True)
+        f"{fn.lower()}.{ln.lower()}{i % 1000}@{d}".replace(" ", "").replace("'", "")
+        for fn, ln, i, d in zip(firsts, lasts, ids, domains[di], strict=True)
     ]
     signup = np.datetime64("2019-01-01") + rng.integers(0, 365 * 6, rows).astype("timedelta64[D]")
     plan = np.array(PLANS)[rng.choice(len(PLANS), rows, p=[0.45, 0.3, 0.2, 0.05])]

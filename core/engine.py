@@ -189,9 +189,12 @@ def history(path: Path, limit: int | None = None) -> list[CommitRecord]:
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     try:
-        rows = get_spark().sql(sql).select(
-            "version", "timestamp", "operation", "userMetadata", "operationMetrics"
-        ).collect()
+        rows = (
+            get_spark()
+            .sql(sql)
+            .select("version", "timestamp", "operation", "userMetadata", "operationMetrics")
+            .collect()
+        )
     except Exception as exc:
         raise EngineError(f"could not read the history of {path}: {exc}") from exc
     return [

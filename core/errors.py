@@ -54,9 +54,7 @@ class AlreadyExists(OreoError):
 class PermissionDenied(OreoError):
     """The acting user does not hold the role the operation needs."""
 
-    def __init__(
-        self, message: str, *, user: str = "", project_id: str = "", required: str = ""
-    ) -> None:
+    def __init__(self, message: str, *, user: str = "", project_id: str = "", required: str = "") -> None:
         super().__init__(message)
         self.user = user
         self.project_id = project_id

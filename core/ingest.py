@@ -89,7 +89,9 @@ def _check_utf8(path: Path) -> None:
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as exc:
-            raise InvalidFile(f"{path.name} is not UTF-8 text (truncated character at the end)", path=str(path)) from exc
+            raise InvalidFile(
+                f"{path.name} is not UTF-8 text (truncated character at the end)", path=str(path)
+            ) from exc
 
 
 def _read_csv(path: Path) -> pa.Table:
@@ -106,7 +108,9 @@ def _read_csv(path: Path) -> pa.Table:
     except pa.ArrowInvalid as exc:
         message = str(exc).splitlines()[0]
         if "Expected" in message and "columns" in message:
-            raise InvalidFile(f"{path.name} has rows with a different number of columns than its header: {message}", path=str(path)) from exc
+            raise InvalidFile(
+                f"{path.name} has rows with a different number of columns than its header: {message}", path=str(path)
+            ) from exc
         if "Empty CSV file" in message:
             raise InvalidFile(f"{path.name} has no header row", path=str(path)) from exc
         raise InvalidFile(f"{path.name} is not a readable CSV file: {message}", path=str(path)) from exc
@@ -189,10 +193,7 @@ def normalise_types(table: pa.Table) -> pa.Table:
                 column = pc.assume_timezone(column.cast(pa.timestamp("us")), "UTC")
             column = column.cast(target)
             t = target
-        elif pa.types.is_large_string(t) or pa.types.is_dictionary(t):
-            t = pa.string()
-            column = column.cast(t)
-        elif pa.types.is_null(t):
+        elif pa.types.is_large_string(t) or pa.types.is_dictionary(t) or pa.types.is_null(t):
             t = pa.string()
             column = column.cast(t)
         elif pa.types.is_unsigned_integer(t):

@@ -86,8 +86,9 @@ def _run(sql: str, params: list[Any], path: Path) -> duckdb.DuckDBPyConnection:
         return cursor().execute(sql, params)
     except duckdb.Error as exc:
         message = str(exc)
-        if "version" in message.lower() and ("not found" in message.lower() or "exist" in message.lower()):
-            raise NotFound(f"version not found in table {path}: {message}", kind="version") from exc
+        lowered = message.lower()
+        if "logsegment end version" in lowered or ("version" in lowered and "not found" in lowered):
+            raise NotFound(f"table {path} has no such version", kind="version") from exc
         raise EngineError(f"DuckDB could not read {path}: {message}") from exc
 
 
@@ -138,9 +139,7 @@ def _where(filters: list[RowFilter], columns: dict[str, str]) -> tuple[str, list
     params: list[Any] = []
     for f in filters:
         if f.column not in columns:
-            raise InvalidInput(
-                f"unknown column {f.column!r}; columns are: {', '.join(columns)}", field="filter"
-            )
+            raise InvalidInput(f"unknown column {f.column!r}; columns are: {', '.join(columns)}", field="filter")
         col = quote_ident(f.column)
         if f.op == "contains":
             clauses.append(f"contains(lower(CAST({col} AS VARCHAR)), lower(?))")

@@ -1,0 +1,38 @@
+# Oreo: Streamlit UI + CLI, embedded Spark (or Spark Connect via SPARK_REMOTE), DuckDB reads.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+    DELTA_DATA_ROOT=/data/delta \
+    OREO_DATABASE_URL=sqlite:////data/oreo-catalog.db \
+    HOME=/home/oreo
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --home-dir /home/oreo --uid 10001 oreo \
+ && mkdir -p /data/delta \
+ && chown -R oreo:oreo /data
+
+WORKDIR /opt/oreo
+COPY requirements.txt pyproject.toml README.md ./
+RUN pip install -r requirements.txt
+COPY core ./core
+COPY cli ./cli
+COPY app ./app
+COPY pages ./pages
+COPY scripts ./scripts
+COPY .streamlit/config.toml ./.streamlit/config.toml
+RUN pip install --no-deps -e .
+
+USER oreo
+# Resolve the Delta jars at build time into the oreo user's Ivy cache, so containers start offline.
+RUN DELTA_DATA_ROOT=/tmp/warm python scripts/fetch_jars.py && rm -rf /tmp/warm /tmp/oreo-catalog.db
+
+VOLUME ["/data"]
+EXPOSE 8501
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health')"
+ENTRYPOINT ["tini", "--"]
+CMD ["streamlit", "run", "app/main.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

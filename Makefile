@@ -1,0 +1,55 @@
+# The two front-door commands are `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: run test setup setup-test jars chromium demo lint typecheck bench clean
+
+## run: install everything, seed the demo workspace, start the app on http://localhost:8501
+run: setup jars demo
+	$(BIN)/streamlit run app/main.py --server.port 8501 --server.address 0.0.0.0 --server.headless true
+
+## test: install everything (test tools, Chromium, PostgreSQL), then run the whole suite
+test: setup-test jars chromium
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+setup: $(VENV)/.runtime
+
+$(VENV)/.runtime: requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Oreo needs Python 3.11"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+setup-test: $(VENV)/.test
+
+$(VENV)/.test: $(VENV)/.runtime requirements-test.txt
+	$(BIN)/pip install --quiet -r requirements-test.txt
+	touch $@
+
+## jars: resolve the Delta jars once into the Ivy/Maven cache (falls back to mvn)
+jars: setup
+	$(BIN)/python scripts/fetch_jars.py
+
+chromium:
+	@test -x /usr/bin/chromium || scripts/install_chromium.sh
+
+demo: setup
+	$(BIN)/oreo demo
+
+lint: setup-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+## bench: each workload beside the bare engine doing the same work
+bench: setup-test jars
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf data spark-warehouse bench/.data

@@ -1,0 +1,32 @@
+"""Oreo's Streamlit entrypoint: page config, sign-in gate, then the page router."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from app.components import current_user, sign_out
+from core import auth
+
+PAGES = Path(__file__).resolve().parent.parent / "pages"
+
+st.set_page_config(page_title="Oreo", page_icon=":material/table_view:", layout="wide")
+
+user = current_user()
+if user is None:
+    router = st.navigation([st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:")])
+else:
+    from app.components import catalog
+
+    role = auth.highest_role(catalog(), user)
+    pages = [
+        st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/folder_open:", default=True),
+        st.Page(PAGES / "table.py", title="Table", icon=":material/table:"),
+    ]
+    router = st.navigation({"Oreo": pages})
+    with st.sidebar:
+        st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
+        if st.button("Sign out", key="sign_out", icon=":material/logout:"):
+            sign_out()
+router.run()

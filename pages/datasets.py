@@ -1,0 +1,79 @@
+"""The projects and datasets the user may see; admins create datasets here."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from app.components import DATASET_KEY, catalog, oreo_errors, require_user
+from core import auth, datasets, projects
+
+user = require_user()
+st.title("Datasets")
+
+with oreo_errors():
+    visible = projects.list_projects(catalog(), user)
+    roles = auth.memberships(catalog(), user)
+    if not visible:
+        st.info("You are not a member of any project yet. Ask an admin to add you.")
+    for project in visible:
+        role = roles.get(project.id)
+        st.subheader(f"{project.name}", anchor=False)
+        st.caption(f"project `{project.id}` · your role: **{role.value if role else '-'}**")
+        items = datasets.list_datasets(catalog(), actor=user, project_id=project.id)
+        if not items:
+            st.write("No datasets yet.")
+        else:
+            frame = pd.DataFrame(
+                [
+                    {
+                        "dataset": d.dataset_id,
+                        "version": d.version,
+                        "rows": d.rows,
+                        "key": d.key_column or "(generated row_id)",
+                        "last commit": d.last_commit_id,
+                        "committed at": d.last_commit_at,
+                    }
+                    for d in items
+                ]
+            )
+            st.dataframe(frame, hide_index=True, width="stretch", key=f"datasets_{project.id}")
+            cols = st.columns(min(len(items), 6))
+            for i, d in enumerate(items):
+                if cols[i % len(cols)].button(
+                    f"Open {d.dataset_id}", key=f"open_{project.id}_{d.dataset_id}", icon=":material/table:"
+                ):
+                    st.session_state[DATASET_KEY] = f"{d.project_id}/{d.dataset_id}"
+                    st.switch_page(Path(__file__).parent / "table.py")
+
+        if role == auth.Role.ADMIN:
+            with st.expander("Create a dataset", icon=":material/add:"):
+                with st.form(f"create_{project.id}", clear_on_submit=False):
+                    dataset_id = st.text_input("Dataset id", key=f"create_id_{project.id}", placeholder="e.g. orders")
+                    upload = st.file_uploader(
+                        "File (CSV, Parquet or XLSX)", type=["csv", "parquet", "xlsx"], key=f"create_file_{project.id}"
+                    )
+                    key = st.text_input("Key column (optional)", key=f"create_key_{project.id}")
+                    sheet = st.text_input("XLSX sheet (if several)", key=f"create_sheet_{project.id}")
+                    go = st.form_submit_button("Create dataset", type="primary")
+                if go:
+                    if upload is None:
+                        st.error("Choose a file to upload.")
+                    else:
+                        with oreo_errors(), tempfile.TemporaryDirectory() as tmp:
+                            path = Path(tmp) / Path(upload.name).name
+                            path.write_bytes(upload.getbuffer())
+                            with st.spinner("Writing the main table with Spark..."):
+                                info = datasets.create_dataset(
+                                    catalog(),
+                                    project.id,
+                                    dataset_id.strip(),
+                                    path,
+                                    key=key.strip() or None,
+                                    sheet=sheet.strip() or None,
+                                    actor=user,
+                                )
+                            st.success(f"Created {info.project_id}/{info.dataset_id} with {info.rows:,} rows.")

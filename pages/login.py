@@ -1,0 +1,28 @@
+"""Sign in with a local account, or with SSO when OIDC is configured."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.components import USER_KEY, catalog, oidc_configured, oreo_errors
+from core import auth
+
+st.title("Oreo")
+st.caption("Review console for collaborative editing of Delta Lake tables")
+
+left, _ = st.columns([2, 3])
+with left:
+    with st.form("login_form", border=True):
+        st.subheader("Sign in")
+        username = st.text_input("Username", key="login_username", autocomplete="username")
+        password = st.text_input("Password", type="password", key="login_password", autocomplete="current-password")
+        submitted = st.form_submit_button("Sign in", type="primary", key="login_submit")
+    if submitted:
+        with oreo_errors():
+            user = auth.authenticate(catalog(), username.strip(), password)
+            st.session_state[USER_KEY] = user.username
+            st.session_state["oreo_auth_method"] = "password"
+            st.rerun()
+    if oidc_configured():
+        st.divider()
+        st.button("Sign in with SSO", key="login_sso", icon=":material/key:", on_click=st.login)

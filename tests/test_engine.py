@@ -1,0 +1,141 @@
+"""The Spark session factory, commit metadata and Spark Connect."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from core import engine, reads
+
+pytestmark = pytest.mark.spark
+
+PYSPARK_HOME = Path(__import__("pyspark").__file__).parent
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_session_is_shared_and_configured(spark) -> None:  # type: ignore[no-untyped-def]
+    assert engine.get_spark() is spark
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.sql.extensions") == engine.DELTA_EXTENSION
+    assert conf.get("spark.sql.catalog.spark_catalog") == engine.DELTA_CATALOG
+    assert conf.get("spark.ui.enabled") == "false"
+    assert "io.delta:delta-spark" in conf.get("spark.jars.packages")
+    assert int(spark.conf.get("spark.sql.shuffle.partitions")) <= 4
+
+
+def test_commit_metadata_lands_in_history(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t"
+    commit = engine.new_commit("alice", "test_write", cr_id="cr_1")
+    with engine.commit_metadata(commit):
+        spark.range(5).write.format("delta").save(str(path))
+    spark.range(5, 7).write.format("delta").mode("append").save(str(path))  # outside: no metadata
+
+    records = engine.history(path)
+    assert [r.version for r in records] == [1, 0]
+    assert records[1].user_metadata == {
+        "actor": "alice",
+        "action": "test_write",
+        "commit_id": commit.commit_id,
+        "cr_id": "cr_1",
+    }
+    assert records[0].user_metadata == {}
+    assert engine.version_of_commit(path, commit.commit_id) == 0
+    with pytest.raises(engine.EngineError, match="not found in the history"):
+        engine.version_of_commit(path, "no-such-commit")
+    # The conf is cleared afterwards, so later commits carry no stale metadata.
+    assert spark.conf.get(engine.USER_METADATA_CONF, None) in (None, "")
+
+
+def test_delta_ref_escapes_backticks() -> None:
+    assert engine.delta_ref("/a/b`c") == "delta.`/a/b``c`"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A real Spark Connect server with the Delta extension, on a free local port."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    packages = spark_packages()
+    cmd = [
+        str(PYSPARK_HOME / "bin" / "spark-submit"),
+        "--class",
+        "org.apache.spark.sql.connect.service.SparkConnectServer",
+        "--packages",
+        packages,
+        "--conf",
+        f"spark.sql.extensions={engine.DELTA_EXTENSION}",
+        "--conf",
+        f"spark.sql.catalog.spark_catalog={engine.DELTA_CATALOG}",
+        "--conf",
+        f"spark.connect.grpc.binding.port={port}",
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.sql.shuffle.partitions=2",
+        "spark-internal",
+    ]
+    env = {**os.environ, "SPARK_HOME": str(PYSPARK_HOME)}
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 180
+    try:
+        while "Spark Connect server started" not in log.read_text():
+            assert proc.poll() is None, f"Spark Connect server exited:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, "Spark Connect server did not start in 180 s"
+            time.sleep(0.5)
+        yield f"sc://localhost:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def spark_packages() -> str:
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    return str(configure_spark_with_delta_pip(SparkSession.builder)._options["spark.jars.packages"])
+
+
+def test_spark_remote_uses_spark_connect_with_the_same_code(connect_server: str, tmp_path: Path) -> None:
+    """With SPARK_REMOTE set, the unchanged CLI creates a dataset through Spark Connect."""
+    csv = tmp_path / "people.csv"
+    csv.write_text("id,name\n1,ada\n2,grace\n3,linus\n")
+    env = {
+        **os.environ,
+        "SPARK_REMOTE": connect_server,
+        "DELTA_DATA_ROOT": str(tmp_path / "delta"),
+        "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'cat.db'}",
+    }
+    probe = "from core.engine import get_spark; print(type(get_spark()).__module__)"
+    kind = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert kind.stdout.strip().startswith("pyspark.sql.connect")
+
+    oreo = [sys.executable, "-m", "cli.main", "--json"]
+    subprocess.run([*oreo, "project", "create", "p1"], env=env, check=True, capture_output=True, cwd=REPO)
+    created = subprocess.run(
+        [*oreo, "dataset", "create", "p1", "people", "--file", str(csv), "--key", "id"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert created.returncode == 0, created.stderr
+    doc = json.loads(created.stdout)
+    assert doc["rows"] == 3 and doc["version"] == 0
+    main = Path(doc["path"])
+    assert sorted(reads.read_page(main, limit=10).rows["name"]) == ["ada", "grace", "linus"]
+    meta = json.loads((main / "_delta_log" / "00000000000000000000.json").read_text().splitlines()[0])
+    assert json.loads(meta["commitInfo"]["userMetadata"])["commit_id"] == doc["last_commit_id"]

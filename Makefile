@@ -5,14 +5,14 @@ BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup setup-test jars chromium demo lint typecheck bench clean
+.PHONY: run test setup setup-test jars chromium postgres demo lint typecheck bench clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 run: setup jars demo
 	$(BIN)/streamlit run app/main.py --server.port 8501 --server.address 0.0.0.0 --server.headless true
 
 ## test: install everything (test tools, Chromium, PostgreSQL), then run the whole suite
-test: setup-test jars chromium
+test: setup-test jars chromium postgres
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
@@ -36,6 +36,9 @@ $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 ## jars: resolve the Delta jars once into the Ivy/Maven cache (falls back to mvn)
 jars: setup
 	$(BIN)/python scripts/fetch_jars.py
+
+postgres:
+	@scripts/install_postgres.sh
 
 chromium:
 	@test -x /usr/bin/chromium || scripts/install_chromium.sh

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,3 +44,14 @@ def spark():  # type: ignore[no-untyped-def]
     session = get_spark()
     yield session
     stop_spark()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real PostgreSQL server (Debian binaries) for the catalog, started once per session."""
+    from tests.pgserver import postgres_cluster
+
+    base = Path("/tmp") / f"oreo-pg-{os.getpid()}"
+    with postgres_cluster(base) as url:
+        yield url
+    shutil.rmtree(base, ignore_errors=True)

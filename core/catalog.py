@@ -192,8 +192,9 @@ def open_catalog(url: str | None = None) -> Catalog:
     with _catalog_lock:
         catalog = _catalogs.get(url)
         if catalog is None:
-            catalog = Catalog(url)
             try:
+                # A bad URL fails already here (unknown dialect, unusable SQLite folder).
+                catalog = Catalog(url)
                 catalog.upgrade()
             except Exception as exc:
                 raise EngineError(f"could not open the catalog at {_redact(url)}: {exc}") from exc

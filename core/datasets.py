@@ -146,12 +146,12 @@ def create_dataset(
     layout = layout_for(project_id, dataset_id)
     file = Path(file)
     file_kind(file)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="create a dataset")
     with catalog.session() as s:
         if s.get(ProjectRow, project_id) is None:
             raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
         if s.get(DatasetRow, (project_id, dataset_id)) is not None:
             raise AlreadyExists(f"dataset {project_id}/{dataset_id} already exists", kind="dataset", ident=dataset_id)
-    require_role(catalog, actor, project_id, Role.ADMIN, action="create a dataset")
     if layout.exists():
         raise AlreadyExists(
             f"folder {layout.root} already exists but is not in the catalog; move it away first",
@@ -161,8 +161,10 @@ def create_dataset(
     settings = get_settings()
     table = with_row_ids(read_table_file(file, sheet=sheet, max_bytes=settings.max_upload_mb * 1024 * 1024), key)
 
-    project_dir = layout.root.parent.parent
-    project_dir_existed = project_dir.exists()
+    # The highest folder this call creates; removing it on failure leaves no trace.
+    created_top = layout.root
+    while not created_top.parent.exists():
+        created_top = created_top.parent
     commit = engine.new_commit(actor.username, "create_dataset", dataset=f"{project_id}/{dataset_id}")
     try:
         layout.create()
@@ -190,9 +192,7 @@ def create_dataset(
             )
         return info
     except BaseException:
-        shutil.rmtree(layout.root, ignore_errors=True)
-        if not project_dir_existed:
-            shutil.rmtree(project_dir, ignore_errors=True)
+        shutil.rmtree(created_top, ignore_errors=True)
         with catalog.session() as s:
             row = s.get(DatasetRow, (project_id, dataset_id))
             if row is not None:
@@ -263,13 +263,12 @@ def get_dataset(catalog: Catalog, project_id: str, dataset_id: str, *, actor: Us
     """
     validate_id(project_id, kind="project id")
     validate_id(dataset_id, kind="dataset id")
+    require_role(catalog, actor, project_id, Role.EDITOR, action="read this dataset")
     with catalog.session() as s:
         row = s.get(DatasetRow, (project_id, dataset_id))
         if row is None:
             raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset", ident=dataset_id)
-        info = _info(row)
-    require_role(catalog, actor, project_id, Role.EDITOR, action="read this dataset")
-    return info
+        return _info(row)
 
 
 def list_datasets(catalog: Catalog, *, actor: User, project_id: str | None = None) -> list[DatasetInfo]:

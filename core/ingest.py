@@ -59,7 +59,7 @@ def read_table_file(path: Path | str, *, sheet: str | None = None, max_bytes: in
         raise InvalidFile(f"{path.name} is empty (0 bytes)", path=str(path))
     if max_bytes is not None and size > max_bytes:
         raise InvalidFile(
-            f"{path.name} is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.0f} MB upload limit",
+            f"{path.name} is {size / 2**20:.1f} MB, over the {max_bytes / 2**20:.0f} MB upload limit",
             path=str(path),
         )
     if kind == "csv":
@@ -154,6 +154,8 @@ def _read_xlsx(path: Path, sheet: str | None) -> pa.Table:
         sheet = sheets[0]
     elif sheet not in sheets:
         raise InvalidFile(f"{path.name} has no sheet {sheet!r}; sheets are: {', '.join(sheets)}", path=str(path))
+    # pandas renames a repeated header "a" to "a.1", so check the names as the sheet has them.
+    check_column_names(_xlsx_header(path, sheet), source=path.name)
     # openpyxl with data_only returns cached formula results; formulas are never evaluated.
     frame = pd.read_excel(path, sheet_name=sheet, engine="openpyxl")
     if frame.columns.empty:
@@ -163,6 +165,17 @@ def _read_xlsx(path: Path, sheet: str | None) -> pa.Table:
         return pa.Table.from_pandas(frame, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InvalidFile(f"sheet {sheet!r} of {path.name} mixes types in a column: {exc}", path=str(path)) from exc
+
+
+def _xlsx_header(path: Path, sheet: str) -> list[str]:
+    from openpyxl import load_workbook
+
+    workbook = load_workbook(path, read_only=True, data_only=True)
+    try:
+        first = next(workbook[sheet].iter_rows(max_row=1, values_only=True), ())
+    finally:
+        workbook.close()
+    return [str(value) for value in first if value is not None]
 
 
 def check_column_names(names: list[str], *, source: str) -> None:
@@ -189,6 +202,9 @@ def normalise_types(table: pa.Table) -> pa.Table:
         t = field.type
         if pa.types.is_timestamp(t):
             target = pa.timestamp("us", tz="UTC")
+            if t.unit == "ns":
+                # Spark keeps microseconds; drop pandas' nanoseconds rather than fail the upload.
+                column = column.cast(pa.timestamp("us", tz=t.tz), safe=False)
             if t.tz is None:
                 column = pc.assume_timezone(column.cast(pa.timestamp("us")), "UTC")
             column = column.cast(target)

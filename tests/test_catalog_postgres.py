@@ -36,6 +36,12 @@ def test_migrations_accounts_roles_and_audit_on_postgres(postgres_url: str, monk
     assert {"project_created", "user_created", "member_added"} <= set(names)
     assert all(e.ts.tzinfo is not None for e in list_events(catalog))
 
+    from sqlalchemy import text
+    from sqlalchemy.exc import DatabaseError
+
+    with pytest.raises(DatabaseError, match="append-only"), catalog.engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_events"))
+
     # A second open (another process start) finds the schema at head and changes nothing.
     reset_catalogs()
     again = open_catalog()

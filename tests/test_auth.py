@@ -1,0 +1,347 @@
+"""Accounts, password and OIDC sign-in, and the project role model."""
+
+from __future__ import annotations
+
+import pytest
+from argon2 import PasswordHasher
+from sqlalchemy import select
+
+from core import auth
+from core.audit import list_events
+from core.auth import SYSTEM, Role, User
+from core.catalog import Catalog, MembershipRow, UserRow
+from core.errors import AlreadyExists, AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
+from core.projects import create_project
+
+GROUP_ROLES = {"leads": ["demo:approver"], "platform": ["*:admin"], "staff": ["demo:editor", "other:editor"]}
+
+
+def _stored_hash(catalog: Catalog, username: str) -> str | None:
+    with catalog.session() as s:
+        return s.scalars(select(UserRow.password_hash).where(UserRow.username == username)).one()
+
+
+def _membership(catalog: Catalog, project_id: str, user: User) -> str | None:
+    with catalog.session() as s:
+        row = s.get(MembershipRow, (project_id, user.id))
+        return row.role if row is not None else None
+
+
+@pytest.fixture
+def demo(catalog: Catalog) -> Catalog:
+    """A catalog with project ``demo`` and one user per role in it."""
+    create_project(catalog, "demo")
+    for role in Role:
+        auth.create_user(catalog, role.value, email=f"{role.value}@example.com", password=f"{role.value}-password")
+        auth.add_member(catalog, "demo", role.value, role)
+    return catalog
+
+
+# ---------------------------------------------------------------- accounts
+
+
+def test_create_user_generates_a_password_and_stores_only_an_argon2_hash(catalog: Catalog) -> None:
+    user, password = auth.create_user(catalog, "alice", email="Alice@Example.COM", display_name="Alice A.")
+    assert user.username == "alice"
+    assert user.email == "alice@example.com"
+    assert user.label == "Alice A."
+    assert not user.site_admin and user.auth_source == "local"
+    assert len(password) >= auth.MIN_PASSWORD_LENGTH
+
+    stored = _stored_hash(catalog, "alice")
+    assert stored is not None and stored.startswith("$argon2id$")
+    assert password not in stored
+    assert PasswordHasher().verify(stored, password)
+
+    _, other = auth.create_user(catalog, "bob")
+    assert other != password  # generated, not a constant
+    [event] = list_events(catalog, name="user_created", limit=1)
+    assert (event.actor, event.target) == ("system", "user:bob")
+
+
+def test_create_user_keeps_a_given_password(catalog: Catalog) -> None:
+    _, password = auth.create_user(catalog, "alice", password="correct horse battery")
+    assert password == "correct horse battery"
+    assert PasswordHasher().verify(_stored_hash(catalog, "alice"), "correct horse battery")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        ({"username": "alice"}, {"username": "alice"}, "user 'alice' already exists"),
+        (
+            {"username": "alice", "email": "a@example.com"},
+            {"username": "bob", "email": "A@example.com"},
+            "email 'a@example.com' is already used",
+        ),
+    ],
+)
+def test_duplicate_username_or_email_is_refused(catalog: Catalog, first: dict, second: dict, message: str) -> None:
+    auth.create_user(catalog, **first)
+    with pytest.raises(AlreadyExists, match=message):
+        auth.create_user(catalog, **second)
+    assert [u.username for u in auth.list_users(catalog)] == [first["username"]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"username": "Alice"}, InvalidInput, "invalid username"),
+        ({"username": "al ice"}, InvalidInput, "invalid username"),
+        ({"username": ""}, InvalidInput, "username must not be empty"),
+        ({"username": "alice", "email": "not-an-email"}, InvalidInput, "invalid email address"),
+        ({"username": "alice", "email": "a@b"}, InvalidInput, "invalid email address"),
+        ({"username": "alice", "email": "a b@example.com"}, InvalidInput, "invalid email address"),
+        ({"username": "alice", "password": "short"}, InvalidInput, "at least 8 characters"),
+        ({"username": "alice", "password": ""}, InvalidInput, "at least 8 characters"),
+        ({"username": "alice", "actor": User(id=9, username="eve")}, PermissionDenied, "only a site admin"),
+    ],
+)
+def test_bad_accounts_are_refused(catalog: Catalog, kwargs: dict, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        auth.create_user(catalog, **kwargs)
+    assert auth.list_users(catalog) == []
+    assert list_events(catalog) == []
+
+
+def test_set_password_by_self_or_site_admin_only(demo: Catalog) -> None:
+    editor = auth.get_user(demo, "editor")
+    auth.set_password(demo, "editor", "brand-new-password", actor=editor)
+    assert auth.authenticate(demo, "editor", "brand-new-password") == editor
+    with pytest.raises(PermissionDenied, match="another user's password"):
+        auth.set_password(demo, "admin", "taken-over-password", actor=editor)
+    with pytest.raises(InvalidInput, match="at least 8"):
+        auth.set_password(demo, "editor", "short")
+    with pytest.raises(NotFound, match="unknown user 'ghost'"):
+        auth.set_password(demo, "ghost", "long-enough-password")
+
+
+# ---------------------------------------------------------------- password sign-in
+
+
+def test_authenticate_ok_records_sign_in(catalog: Catalog) -> None:
+    user, password = auth.create_user(catalog, "alice")
+    assert auth.authenticate(catalog, "alice", password) == user
+    [event] = list_events(catalog, name="signed_in")
+    assert event.actor == "alice"
+    with catalog.session() as s:
+        assert s.scalars(select(UserRow.last_login_at).where(UserRow.username == "alice")).one() is not None
+
+
+@pytest.mark.parametrize(
+    ("username", "password"),
+    [("alice", "wrong-password"), ("alice", ""), ("nobody", "alice-password"), ("", "alice-password")],
+)
+def test_failed_sign_in_gives_one_message_and_is_audited(catalog: Catalog, username: str, password: str) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    with pytest.raises(AuthenticationFailed) as info:
+        auth.authenticate(catalog, username, password)
+    assert str(info.value) == "invalid username or password"  # never says which part was wrong
+    [event] = list_events(catalog, name="sign_in_failed")
+    assert event.actor == (username or "?")
+    assert list_events(catalog, name="signed_in") == []
+
+
+def test_disabled_account_cannot_sign_in(catalog: Catalog) -> None:
+    _, password = auth.create_user(catalog, "alice")
+    with catalog.session() as s:
+        s.scalars(select(UserRow).where(UserRow.username == "alice")).one().disabled = True
+    with pytest.raises(AuthenticationFailed, match="invalid username or password"):
+        auth.authenticate(catalog, "alice", password)
+
+
+# ---------------------------------------------------------------- roles
+
+
+@pytest.mark.parametrize(
+    ("lower", "higher"), [(Role.EDITOR, Role.APPROVER), (Role.APPROVER, Role.ADMIN), (Role.EDITOR, Role.ADMIN)]
+)
+def test_roles_are_ordered(lower: Role, higher: Role) -> None:
+    assert lower.rank < higher.rank
+
+
+def test_role_parse() -> None:
+    assert Role.parse("approver") is Role.APPROVER
+    with pytest.raises(InvalidInput, match="unknown role 'owner'; use one of: editor, approver, admin"):
+        Role.parse("owner")
+
+
+@pytest.mark.parametrize("held", list(Role))
+@pytest.mark.parametrize("needed", list(Role))
+def test_require_role_allows_the_role_and_below(demo: Catalog, held: Role, needed: Role) -> None:
+    user = auth.get_user(demo, held.value)
+    if held.rank >= needed.rank:
+        assert auth.require_role(demo, user, "demo", needed, action="do it") is held
+    else:
+        with pytest.raises(PermissionDenied) as info:
+            auth.require_role(demo, user, "demo", needed, action="approve changes")
+        message = str(info.value)
+        assert f"'{held.value}' cannot approve changes" in message
+        assert f"needs the {needed.value} role in project 'demo'" in message
+        assert f"has the {held.value} role" in message
+        assert (info.value.user, info.value.project_id, info.value.required) == (held.value, "demo", needed.value)
+
+
+def test_non_member_is_told_so(demo: Catalog) -> None:
+    stranger, _ = auth.create_user(demo, "stranger")
+    assert auth.role_in(demo, stranger, "demo") is None
+    with pytest.raises(PermissionDenied, match="'stranger' is not a member"):
+        auth.require_role(demo, stranger, "demo", Role.EDITOR, action="read this dataset")
+
+
+def test_site_admin_is_admin_everywhere(catalog: Catalog) -> None:
+    create_project(catalog, "demo")
+    create_project(catalog, "other")
+    root, _ = auth.create_user(catalog, "root", site_admin=True)
+    for project_id in ("demo", "other"):
+        assert auth.role_in(catalog, root, project_id) is Role.ADMIN
+        assert auth.require_role(catalog, root, project_id, Role.ADMIN, action="x") is Role.ADMIN
+    assert auth.memberships(catalog, root) == {"demo": Role.ADMIN, "other": Role.ADMIN}
+    assert auth.highest_role(catalog, root) is Role.ADMIN
+    assert auth.role_in(catalog, SYSTEM, "demo") is Role.ADMIN
+
+
+def test_memberships_and_highest_role(demo: Catalog) -> None:
+    create_project(demo, "other")
+    editor = auth.get_user(demo, "editor")
+    auth.add_member(demo, "other", "editor", "approver")
+    assert auth.memberships(demo, editor) == {"demo": Role.EDITOR, "other": Role.APPROVER}
+    assert auth.highest_role(demo, editor) is Role.APPROVER
+    loner, _ = auth.create_user(demo, "loner")
+    assert auth.memberships(demo, loner) == {}
+    assert auth.highest_role(demo, loner) is None
+
+
+def test_add_member_replaces_the_role_and_is_audited(demo: Catalog) -> None:
+    admin = auth.get_user(demo, "admin")
+    editor = auth.get_user(demo, "editor")
+    auth.add_member(demo, "demo", "editor", Role.APPROVER, actor=admin)
+    assert auth.role_in(demo, editor, "demo") is Role.APPROVER
+    [event] = list_events(demo, name="member_added", limit=1)
+    assert (event.actor, event.project_id, event.details["username"], event.details["role"]) == (
+        "admin",
+        "demo",
+        "editor",
+        "approver",
+    )
+
+
+@pytest.mark.parametrize("actor", ["editor", "approver"])
+def test_add_member_requires_an_admin_actor(demo: Catalog, actor: str) -> None:
+    auth.create_user(demo, "newbie")
+    with pytest.raises(PermissionDenied, match=f"'{actor}' cannot manage project members: it needs the admin role"):
+        auth.add_member(demo, "demo", "newbie", "editor", actor=auth.get_user(demo, actor))
+    assert auth.role_in(demo, auth.get_user(demo, "newbie"), "demo") is None
+
+
+@pytest.mark.parametrize(
+    ("project_id", "username", "role", "error", "message"),
+    [
+        ("nope", "editor", "editor", NotFound, "unknown project 'nope'"),
+        ("demo", "ghost", "editor", NotFound, "unknown user 'ghost'"),
+        ("demo", "editor", "owner", InvalidInput, "unknown role 'owner'"),
+        ("De mo", "editor", "editor", InvalidInput, "invalid project id"),
+    ],
+)
+def test_add_member_bad_arguments(
+    demo: Catalog, project_id: str, username: str, role: str, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        auth.add_member(demo, project_id, username, role)
+
+
+# ---------------------------------------------------------------- OIDC sign-in
+
+
+def test_oidc_matches_an_existing_account_by_email(demo: Catalog) -> None:
+    local = auth.get_user(demo, "editor")
+    user = auth.sign_in_oidc(demo, email="EDITOR@example.com", name="Ed Itor")
+    assert user == local
+    assert len(auth.list_users(demo)) == 3
+    [event] = list_events(demo, name="signed_in", limit=1)
+    assert (event.actor, event.details["method"]) == ("editor", "oidc")
+
+
+def test_oidc_creates_the_user_on_first_sign_in(catalog: Catalog) -> None:
+    user = auth.sign_in_oidc(catalog, email="Grace.Hopper@Example.com", name="Grace Hopper")
+    assert user.username == "grace-hopper"
+    assert user.email == "grace.hopper@example.com"
+    assert (user.display_name, user.auth_source, user.site_admin) == ("Grace Hopper", "oidc", False)
+    assert _stored_hash(catalog, "grace-hopper") is None  # no local password to guess
+    with pytest.raises(AuthenticationFailed):
+        auth.authenticate(catalog, "grace-hopper", "")
+    # The second sign-in finds the same account instead of creating another.
+    assert auth.sign_in_oidc(catalog, email="grace.hopper@example.com") == user
+    assert [u.username for u in auth.list_users(catalog)] == ["grace-hopper"]
+    [created] = list_events(catalog, name="user_created")
+    assert created.details["auth_source"] == "oidc"
+
+
+def test_oidc_username_never_collides(catalog: Catalog) -> None:
+    auth.create_user(catalog, "ada")
+    user = auth.sign_in_oidc(catalog, email="ada@other.org")
+    assert user.username == "ada-2"
+    assert auth.sign_in_oidc(catalog, email="Ada@third.org").username == "ada-3"
+
+
+@pytest.mark.parametrize("email", [None, ""])
+def test_oidc_without_email_is_refused(catalog: Catalog, email: str | None) -> None:
+    with pytest.raises(AuthenticationFailed, match="did not send an email address"):
+        auth.sign_in_oidc(catalog, email=email, name="No Mail", groups=["platform"], group_roles=GROUP_ROLES)
+    assert auth.list_users(catalog) == []
+
+
+def test_oidc_group_mapping_raises_roles(catalog: Catalog) -> None:
+    create_project(catalog, "demo")
+    create_project(catalog, "other")
+    user = auth.sign_in_oidc(catalog, email="lead@example.com", groups=["leads", "staff"], group_roles=GROUP_ROLES)
+    assert auth.memberships(catalog, user) == {"demo": Role.APPROVER, "other": Role.EDITOR}
+    assert not user.site_admin
+    sources = {e.project_id: e.details["source"] for e in list_events(catalog, name="member_added")}
+    assert sources == {"demo": "oidc-group", "other": "oidc-group"}
+
+
+def test_oidc_platform_group_makes_a_site_admin(catalog: Catalog) -> None:
+    create_project(catalog, "demo")
+    user = auth.sign_in_oidc(catalog, email="ops@example.com", groups=["platform"], group_roles=GROUP_ROLES)
+    assert user.site_admin
+    assert auth.role_in(catalog, user, "demo") is Role.ADMIN
+
+
+def test_oidc_groups_never_lower_a_manual_role(demo: Catalog) -> None:
+    admin = auth.get_user(demo, "admin")
+    user = auth.sign_in_oidc(demo, email="admin@example.com", groups=["leads", "staff"], group_roles=GROUP_ROLES)
+    assert user == admin
+    assert _membership(demo, "demo", admin) == "admin"
+    assert list_events(demo, name="member_added", limit=10)[0].details["source"] == "manual"
+
+
+def test_oidc_groups_raise_a_lower_manual_role(demo: Catalog) -> None:
+    editor = auth.get_user(demo, "editor")
+    auth.sign_in_oidc(demo, email="editor@example.com", groups=["leads"], group_roles=GROUP_ROLES)
+    assert _membership(demo, "demo", editor) == "approver"
+
+
+def test_oidc_grants_for_unknown_projects_are_skipped(catalog: Catalog) -> None:
+    user = auth.sign_in_oidc(catalog, email="lead@example.com", groups=["leads"], group_roles=GROUP_ROLES)
+    assert auth.memberships(catalog, user) == {}
+
+
+def test_grants_from_groups_keeps_the_strongest_role() -> None:
+    mapping = {"a": ["demo:editor"], "b": ["demo:admin", "x:approver"], "c": ["demo:approver"]}
+    assert auth.grants_from_groups(["a", "b", "c", "unmapped"], mapping) == {"demo": Role.ADMIN, "x": Role.APPROVER}
+    assert auth.grants_from_groups([], mapping) == {}
+
+
+@pytest.mark.parametrize(
+    ("grant", "message"),
+    [
+        ("demo", "must look like 'project:role'"),
+        (":admin", "must look like"),
+        ("demo:owner", "unknown role"),
+        ("De mo:admin", "invalid project id"),
+    ],
+)
+def test_bad_group_grants_are_refused(grant: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        auth.grants_from_groups(["g"], {"g": [grant]})

@@ -87,7 +87,10 @@ def sign_out() -> None:
     for key in list(st.session_state.keys()):
         del st.session_state[key]
     if method == "oidc":
+        # st.logout queues a browser redirect through the provider's logout that clears the
+        # identity cookie; st.rerun would drop it and the next page load would sign back in.
         st.logout()
+        st.stop()
     st.rerun()
 
 

@@ -285,7 +285,8 @@ def list_datasets(catalog: Catalog, *, actor: User, project_id: str | None = Non
 
 
 def dataset_columns(info: DatasetInfo, version: int | None = None) -> list[reads.Column]:
-    return reads.table_schema(Path(info.path), version)
+    """Columns of the main table at ``version`` (default: the catalog's version)."""
+    return reads.table_schema(Path(info.path), version if version is not None else info.version)
 
 
 def dataset_rows(
@@ -301,19 +302,26 @@ def dataset_rows(
     limit: int = 50,
     offset: int = 0,
 ) -> reads.Page:
-    """A page of the main table (optionally as of ``version``), read through DuckDB."""
+    """A page of the main table (optionally as of ``version``), read through DuckDB.
+
+    Without ``version`` it reads the version the catalog last synced, so the page, the
+    schema and the total all describe one snapshot, and an unfiltered total comes from
+    the catalog's row count instead of a second scan.
+    """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     if version is not None and (version < 0 or (info.version is not None and version > info.version)):
         raise NotFound(
             f"dataset {project_id}/{dataset_id} has no version {version}; the latest is {info.version}",
             kind="version",
         )
+    snapshot = version if version is not None else info.version
     return reads.read_page(
         Path(info.path),
-        version=version,
+        version=snapshot,
         filters=filters,
         order_by=order_by,
         descending=descending,
         limit=limit,
         offset=offset,
+        known_total=info.rows if snapshot == info.version else None,
     )

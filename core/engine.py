@@ -64,6 +64,8 @@ def _build_session() -> SparkSession:
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # 8 MB row groups let DuckDB skip and parallelise within a file when paging.
+        .config("spark.hadoop.parquet.block.size", str(8 << 20))
         # Stale-snapshot reads would let two approvals race on an old table state.
         .config("spark.databricks.delta.stalenessLimit", "0")
     )

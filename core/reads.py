@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -116,9 +117,21 @@ class Page:
 def table_schema(path: Path, version: int | None = None) -> list[Column]:
     """Column names and DuckDB types of a Delta table (optionally at ``version``)."""
     _require_table(path)
+    if version is not None:
+        # A committed version never changes, so its schema can be remembered.
+        return list(_schema_at(str(path), int(version)))
+    return list(_describe(Path(path), None))
+
+
+@lru_cache(maxsize=512)
+def _schema_at(path: str, version: int) -> tuple[Column, ...]:
+    return _describe(Path(path), version)
+
+
+def _describe(path: Path, version: int | None) -> tuple[Column, ...]:
     scan, extra = _scan(version)
     result = _run(f"DESCRIBE SELECT * FROM {scan}", [str(path), *extra], path).fetchall()
-    return [Column(name=row[0], type=str(row[1])) for row in result]
+    return tuple(Column(name=row[0], type=str(row[1])) for row in result)
 
 
 def count_rows(path: Path, version: int | None = None) -> int:
@@ -162,7 +175,7 @@ def read_page(
     descending: bool = False,
     limit: int = 50,
     offset: int = 0,
-    with_total: bool = True,
+    known_total: int | None = None,
 ) -> Page:
     """One page of a Delta table, filtered and ordered in DuckDB.
 
@@ -174,7 +187,8 @@ def read_page(
         descending: Sort direction for ``order_by``.
         limit: Page size, 1..10,000.
         offset: Rows to skip, >= 0.
-        with_total: Also count all matching rows (an extra query).
+        known_total: The table's row count at ``version`` if the caller already knows it
+            (the catalog counts it at every commit); skips the count query when unfiltered.
 
     Raises:
         InvalidInput: Unknown column, bad limit/offset.
@@ -184,14 +198,17 @@ def read_page(
         raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
     if int(offset) < 0:
         raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
-    columns = {c.name: c.type for c in table_schema(path, version)}
+    _require_table(path)
+    filters = filters or []
+    # The schema is only needed to check names; unfiltered natural-order pages skip it.
+    columns = {c.name: c.type for c in table_schema(path, version)} if (filters or order_by) else {}
     if order_by is not None and order_by not in columns:
         raise InvalidInput(
             f"cannot order by unknown column {order_by!r}; columns are: {', '.join(columns)}",
             field="order_by",
         )
     scan, extra = _scan(version)
-    where, where_params = _where(filters or [], columns)
+    where, where_params = _where(filters, columns)
     order = ""
     if order_by is not None:
         # row_id breaks ties so pages never overlap or skip rows.
@@ -201,9 +218,10 @@ def read_page(
             order += ", row_id ASC"
     sql = f"SELECT * FROM {scan}{where}{order} LIMIT ? OFFSET ?"
     params = [str(path), *extra, *where_params, int(limit), int(offset)]
-    frame = _run(sql, params, path).fetch_arrow_table().to_pandas()
-    total = -1
-    if with_total:
+    frame = _run(sql, params, path).to_arrow_table().to_pandas()
+    if known_total is not None and not filters:
+        total = known_total
+    else:
         row = _run(f"SELECT count(*) FROM {scan}{where}", [str(path), *extra, *where_params], path).fetchone()
         total = int(row[0]) if row else 0
     return Page(rows=frame, total=total)
@@ -213,4 +231,4 @@ def read_rows_by_id(path: Path, row_ids: list[str], version: int | None = None) 
     """The rows of ``path`` whose ``row_id`` is in ``row_ids``."""
     scan, extra = _scan(version)
     sql = f"SELECT * FROM {scan} WHERE row_id IN (SELECT unnest(?::VARCHAR[]))"
-    return _run(sql, [str(path), *extra, list(row_ids)], path).fetch_arrow_table().to_pandas()
+    return _run(sql, [str(path), *extra, list(row_ids)], path).to_arrow_table().to_pandas()

@@ -8,6 +8,7 @@ import streamlit as st
 
 from app.components import DATASET_KEY, catalog, dataset_options, oreo_errors, require_user, split_dataset
 from core import datasets
+from core.config import get_settings
 from core.reads import RowFilter
 
 NO_FILTER = "(no filter)"
@@ -36,7 +37,8 @@ with oreo_errors():
     filter_value = f3.text_input("Value", key="table_filter_value", placeholder="press Enter to apply")
     sort_col = s1.selectbox("Sort by", [NATURAL, *columns], key="table_sort_col")
     descending = s2.toggle("Desc", key="table_sort_desc")
-    page_size = s3.selectbox("Rows/page", [25, 50, 100], index=1, key="table_page_size")
+    sizes = sorted({25, 50, 100, get_settings().page_size})
+    page_size = s3.selectbox("Rows/page", sizes, index=sizes.index(get_settings().page_size), key="table_page_size")
 
     filters = []
     if filter_col != NO_FILTER and filter_value != "":

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import csv
+import shutil
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import auth, datasets, projects
-from core.catalog import Catalog
+from core.catalog import Catalog, open_catalog, reset_catalogs
+from core.config import get_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 APP = Path(__file__).resolve().parent.parent / "app" / "main.py"
 TABLE_PAGE = "../pages/table.py"  # relative to app/main.py, as AppTest.switch_page wants
@@ -23,25 +30,52 @@ def _plan(i: int) -> str:
     return PLANS[0] if i % 5 < 2 else PLANS[i % 3 + 1]
 
 
-@pytest.fixture
-def orders() -> list[dict[str, str]]:
+def _orders() -> list[dict[str, str]]:
     return [{"order_id": str(1000 + i), "plan": _plan(i), "amount": f"{i * 1.5:.2f}"} for i in range(ROWS)]
 
 
 @pytest.fixture
-def workspace(catalog: Catalog, spark, tmp_path: Path, orders: list[dict[str, str]]) -> Catalog:  # type: ignore[no-untyped-def]
-    """Project ``shop`` with dataset ``orders``; ``erin`` is its editor, ``olga`` is in no project."""
-    source = tmp_path / "orders.csv"
+def orders() -> list[dict[str, str]]:
+    return _orders()
+
+
+@pytest.fixture(scope="module")
+def seeded(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Seed once per module (Spark writes the table): project ``shop`` with dataset ``orders``.
+
+    ``erin`` is the project's editor; ``olga`` is in no project. Each test gets a copy.
+    """
+    seed = tmp_path_factory.mktemp("pages-seed")
+    source = seed / "orders.csv"
+    rows = _orders()
     with source.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(orders[0]))
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(orders)
-    projects.create_project(catalog, "shop", name="Shop project")
-    auth.create_user(catalog, "erin", password=PASSWORD, display_name="Erin Editor")
-    auth.add_member(catalog, "shop", "erin", auth.Role.EDITOR)
-    auth.create_user(catalog, "olga", password=PASSWORD)
-    datasets.create_dataset(catalog, "shop", "orders", source, key="order_id")
-    return catalog
+        writer.writerows(rows)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DELTA_DATA_ROOT", str(seed / "delta"))
+        mp.setenv("OREO_DATABASE_URL", f"sqlite:///{seed / 'catalog.db'}")
+        get_settings.cache_clear()
+        reset_catalogs()
+        catalog = open_catalog()
+        projects.create_project(catalog, "shop", name="Shop project")
+        auth.create_user(catalog, "erin", password=PASSWORD, display_name="Erin Editor")
+        auth.add_member(catalog, "shop", "erin", auth.Role.EDITOR)
+        auth.create_user(catalog, "olga", password=PASSWORD)
+        datasets.create_dataset(catalog, "shop", "orders", source, key="order_id")
+        reset_catalogs()
+    get_settings.cache_clear()
+    return seed
+
+
+@pytest.fixture
+def workspace(seeded: Path, data_root: Path) -> Catalog:
+    """This test's own copy of the seeded data root and catalog, where conftest points the app."""
+    shutil.copytree(seeded / "delta", data_root)
+    for db in seeded.glob("catalog.db*"):
+        shutil.copy2(db, data_root.parent / db.name)
+    reset_catalogs()
+    return open_catalog()
 
 
 def _app() -> AppTest:
@@ -61,7 +95,7 @@ def _sign_in(at: AppTest, username: str, password: str) -> AppTest:
     return at.run(timeout=60)
 
 
-def _texts(elements) -> list[str]:  # type: ignore[no-untyped-def]
+def _texts(elements: Iterable[Any]) -> list[str]:
     return [e.value for e in elements]
 
 
@@ -107,7 +141,7 @@ def test_sign_in_shows_the_datasets_page(workspace: Catalog) -> None:
     assert _texts(at.title) == ["Datasets"]
     assert "Shop project" in _texts(at.subheader)
     assert any("your role: **editor**" in c for c in _texts(at.caption))
-    listing = at.dataframe(key="datasets_shop").value
+    listing = at.dataframe[0].value
     assert list(listing["dataset"]) == ["orders"]
     assert list(listing["rows"]) == [ROWS]
     sidebar = " ".join(_texts(at.sidebar.markdown))
@@ -122,15 +156,32 @@ def test_table_page_shows_the_first_page_and_the_total(workspace: Catalog, order
     assert not at.exception
     assert _texts(at.title) == ["Table"]
     assert at.selectbox(key="oreo_dataset").value == "shop/orders"
-    assert _table_caption(at).startswith(f"Rows **1–50** of **{ROWS}**")
-    grid = at.dataframe(key="table_grid").value
-    assert len(grid) == 50
-    assert list(grid["order_id"].astype(str)) == [o["order_id"] for o in orders[:50]]
+    seen: list[str] = []
+    for page_no, first, last in [(1, 1, 50), (2, 51, 100), (3, 101, ROWS)]:
+        if page_no > 1:
+            at.pagination(key="table_page").set_value(page_no).run(timeout=60)
+        assert _table_caption(at).startswith(f"Rows **{first}–{last}** of **{ROWS}**")
+        ids = list(at.dataframe[0].value["order_id"].astype(str))
+        assert len(ids) == last - first + 1
+        seen += ids
+    # The pages neither overlap nor skip a row.
+    assert sorted(seen) == sorted(o["order_id"] for o in orders)
+
+
+@pytest.mark.parametrize("descending", [False, True], ids=["ascending", "descending"])
+def test_table_sort_orders_every_page(workspace: Catalog, orders: list[dict[str, str]], descending: bool) -> None:
+    by_amount = sorted(orders, key=lambda o: float(o["amount"]), reverse=descending)
+    at = _signed_in("erin")
+    at.switch_page(TABLE_PAGE).run(timeout=60)
+
+    at.selectbox(key="table_sort_col").select("amount")
+    at.toggle(key="table_sort_desc").set_value(descending)
+    at.run(timeout=60)
+    assert [str(i) for i in at.dataframe[0].value["order_id"]] == [o["order_id"] for o in by_amount[:50]]
 
     at.pagination(key="table_page").set_value(2).run(timeout=60)
     assert _table_caption(at).startswith(f"Rows **51–100** of **{ROWS}**")
-    grid = at.dataframe(key="table_grid").value
-    assert list(grid["order_id"].astype(str)) == [o["order_id"] for o in orders[50:100]]
+    assert [str(i) for i in at.dataframe[0].value["order_id"]] == [o["order_id"] for o in by_amount[50:100]]
 
 
 @pytest.mark.parametrize(
@@ -144,8 +195,8 @@ def test_table_page_shows_the_first_page_and_the_total(workspace: Catalog, order
     ids=["equals", "equals-is-case-sensitive", "contains", "contains-ignores-case"],
 )
 def test_table_filter_narrows_the_total(
-    workspace: Catalog, orders: list[dict[str, str]], op: str, value: str, matches
-) -> None:  # type: ignore[no-untyped-def]
+    workspace: Catalog, orders: list[dict[str, str]], op: str, value: str, matches: Callable[[str], bool]
+) -> None:
     expected = [o for o in orders if matches(o["plan"])]
     at = _signed_in("erin")
     at.switch_page(TABLE_PAGE).run(timeout=60)
@@ -160,8 +211,10 @@ def test_table_filter_narrows_the_total(
     last = min(50, len(expected))
     first = 1 if expected else 0
     assert _table_caption(at).startswith(f"Rows **{first}–{last}** of **{len(expected)}**")
-    grid = at.dataframe(key="table_grid").value
-    assert list(grid["order_id"].astype(str)) == [o["order_id"] for o in expected[:50]]
+    grid = at.dataframe[0].value
+    assert len(grid) == last
+    assert set(grid["order_id"].astype(str)) <= {o["order_id"] for o in expected}
+    assert all(matches(plan) for plan in grid["plan"])
 
 
 def test_user_without_membership_is_told_so(workspace: Catalog) -> None:
@@ -176,3 +229,70 @@ def test_user_without_membership_is_told_so(workspace: Catalog) -> None:
     at.switch_page(TABLE_PAGE).run(timeout=60)
     assert _texts(at.info) == ["No datasets to show."]
     assert not at.caption
+
+
+def test_sign_out_returns_to_the_login_page(workspace: Catalog) -> None:
+    at = _sign_in(_app().run(timeout=60), "erin", PASSWORD)
+    assert _texts(at.title) == ["Datasets"]
+
+    at.sidebar.button(key="sign_out").click().run(timeout=60)
+
+    assert not at.exception
+    assert "oreo_username" not in at.session_state
+    assert _texts(at.title) == ["Oreo"]
+    assert at.text_input(key="login_username").value == ""
+
+
+SSO_SECRETS = {
+    "redirect_uri": "http://localhost:8501/oauth2callback",
+    "cookie_secret": "page-tests-only",
+    "client_id": "oreo",
+    "client_secret": "unused",
+    "server_metadata_url": "http://localhost:9/.well-known/openid-configuration",
+}
+
+
+@pytest.mark.parametrize("configured", [True, False], ids=["auth-section", "no-auth-section"])
+def test_sso_button_only_when_oidc_is_configured(workspace: Catalog, configured: bool) -> None:
+    at = _app()
+    if configured:
+        at.secrets["auth"] = SSO_SECRETS
+    at.user = {"is_logged_in": False}
+    at.run(timeout=60)
+
+    assert not at.exception
+    assert [b.key for b in at.button if b.key == "login_sso"] == (["login_sso"] if configured else [])
+
+
+@pytest.mark.parametrize(
+    ("groups", "role"),
+    [(["stewards"], "approver"), (["visitors"], None), ("stewards", "approver")],
+    ids=["mapped-group", "unmapped-group", "single-group-as-string"],
+)
+def test_sso_identity_gets_the_role_its_group_grants(
+    workspace: Catalog, monkeypatch: pytest.MonkeyPatch, groups: list[str] | str, role: str | None
+) -> None:
+    monkeypatch.setenv("OREO_OIDC_GROUP_ROLES", '{"stewards": ["shop:approver"]}')
+    get_settings.cache_clear()
+    at = _app()
+    at.secrets["auth"] = SSO_SECRETS
+    at.user = {"is_logged_in": True, "email": "Stella@Oreo.example", "name": "Stella Steward", "groups": groups}
+    at.run(timeout=60)
+
+    assert not at.exception
+    assert at.session_state["oreo_username"] == "stella"
+    assert at.session_state["oreo_auth_method"] == "oidc"
+    sidebar = " ".join(_texts(at.sidebar.markdown))
+    assert "Signed in as **Stella Steward**" in sidebar
+    assert f"`stella` · {role or 'no role yet'}" in sidebar
+    user = auth.get_user(workspace, "stella")
+    assert (user.email, user.auth_source) == ("stella@oreo.example", "oidc")
+    assert auth.role_in(workspace, user, "shop") == (auth.Role(role) if role else None)
+
+    at.sidebar.button(key="sign_out").click().run(timeout=60)
+    assert at.user == {"is_logged_in": False}
+    assert "oreo_username" not in at.session_state
+    # In a browser st.logout now redirects through the provider; the next run is signed out.
+    at.run(timeout=60)
+    assert _texts(at.title) == ["Oreo"]
+    assert "oreo_username" not in at.session_state

@@ -1,0 +1,104 @@
+"""Benchmark data: a private data root and catalog under ``bench/.data/``, built once.
+
+``configure_environment`` must run before anything reads ``core.config.get_settings``
+(it points the settings at ``bench/.data`` and clears the cached ones), so a benchmark
+never touches the workspace in ``data/``. Tables are created through the product
+(``create_project`` + ``create_dataset``) and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent / ".data"
+PROJECT = "bench"
+READER = "bench_reader"
+
+
+def configure_environment() -> None:
+    """Point Oreo's settings at ``bench/.data`` (overriding any workspace settings)."""
+    os.environ["DELTA_DATA_ROOT"] = str(DATA_DIR / "delta")
+    os.environ["OREO_DATABASE_URL"] = f"sqlite:///{DATA_DIR / 'catalog.db'}"
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+    from core.catalog import reset_catalogs
+    from core.config import get_settings
+
+    get_settings.cache_clear()
+    reset_catalogs()
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """A main table made for the benchmark, and who reads it."""
+
+    project_id: str
+    dataset_id: str
+    rows: int
+    path: Path
+    created_in_s: float | None  # None when an earlier run made it
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def ensure_reader() -> None:
+    """An editor of the bench project without site-admin rights, so reads pay the real permission check."""
+    from core import auth, projects
+    from core.catalog import ProjectRow, open_catalog
+    from core.errors import NotFound
+
+    catalog = open_catalog()
+    with catalog.session() as s:
+        has_project = s.get(ProjectRow, PROJECT) is not None
+    if not has_project:
+        projects.create_project(catalog, PROJECT, name="Benchmarks")
+    try:
+        auth.get_user(catalog, READER)
+    except NotFound:
+        auth.create_user(catalog, READER, display_name="Benchmark reader")
+    if auth.role_in(catalog, auth.get_user(catalog, READER), PROJECT) is None:
+        auth.add_member(catalog, PROJECT, READER, auth.Role.EDITOR)
+
+
+def ensure_customers(rows: int) -> BenchTable:
+    """The ``customers_<rows>`` dataset (``core.demo.customers_table``, key ``customer_id``).
+
+    Reused when the catalog has it and its ``_delta_log`` exists; otherwise written by
+    Spark through ``core.datasets.create_dataset`` (starts Spark, ~1 min for 1M rows).
+
+    Raises:
+        RuntimeError: The catalog and the folders disagree (remove ``bench/.data``).
+    """
+    import pyarrow.parquet as pq
+
+    from core import datasets
+    from core.catalog import DatasetRow, open_catalog
+    from core.demo import customers_table
+
+    ensure_reader()
+    catalog = open_catalog()
+    dataset_id = f"customers_{rows}"
+    layout = datasets.layout_for(PROJECT, dataset_id)
+    with catalog.session() as s:
+        known = s.get(DatasetRow, (PROJECT, dataset_id)) is not None
+    if known:
+        if not (layout.main / "_delta_log").is_dir():
+            raise RuntimeError(f"the catalog lists {PROJECT}/{dataset_id} but {layout.main} is gone; rm -rf {DATA_DIR}")
+        return BenchTable(PROJECT, dataset_id, rows, layout.main, None)
+
+    _log(f"creating {PROJECT}/{dataset_id} ({rows:,} rows) under {DATA_DIR}; later runs reuse it")
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="oreo-bench-") as tmp:
+        source = Path(tmp) / "customers.parquet"
+        pq.write_table(customers_table(rows), source)
+        info = datasets.create_dataset(catalog, PROJECT, dataset_id, source, key="customer_id")
+    elapsed = time.perf_counter() - start
+    _log(f"created {info.rows:,} rows at version {info.version} in {elapsed:.1f} s")
+    return BenchTable(PROJECT, dataset_id, rows, layout.main, elapsed)

@@ -1,0 +1,14 @@
+"""The workloads, by name; each module exposes ``run(config) -> WorkloadResult``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bench._harness import BenchConfig, WorkloadResult
+from bench.workloads import page_read
+
+Workload = Callable[[BenchConfig], WorkloadResult]
+
+WORKLOADS: dict[str, Workload] = {
+    page_read.NAME: page_read.run,
+}

@@ -1,0 +1,243 @@
+"""Browser-test fixtures: a seeded demo workspace, real `streamlit run` servers and headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DEMO_ROWS = 1200
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
+SERVER_START_TIMEOUT = 90.0
+# Cold reads (DuckDB loading its Delta extension) can take several seconds on a busy machine.
+UI_TIMEOUT_MS = 60_000
+APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+expect.set_options(timeout=30_000)  # every expect() polls; this bounds how long
+
+
+@dataclass(frozen=True)
+class DemoWorkspace:
+    """A data root and SQLite catalog seeded by `oreo demo`, with the passwords it printed."""
+
+    root: Path
+    passwords: dict[str, str]
+    rows: int
+
+    def copy_to(self, target: Path) -> tuple[Path, str]:
+        """Give one server its own copy; returns its DELTA_DATA_ROOT and OREO_DATABASE_URL."""
+        shutil.copytree(self.root / "delta", target / "delta")
+        for db in self.root.glob("catalog.db*"):
+            shutil.copy2(db, target / db.name)
+        return target / "delta", f"sqlite:///{target / 'catalog.db'}"
+
+
+@dataclass
+class OreoServer:
+    url: str
+    data_root: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
+    env.pop("SPARK_REMOTE", None)
+    env.update(
+        DELTA_DATA_ROOT=str(data_root),
+        OREO_DATABASE_URL=database_url,
+        OREO_DEMO_ROWS=str(DEMO_ROWS),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def demo_workspace(tmp_path_factory: pytest.TempPathFactory) -> DemoWorkspace:
+    """Seed the demo once through the real CLI; each server gets a copy of the result."""
+    root = tmp_path_factory.mktemp("e2e-demo")
+    env = _base_env(root / "delta", f"sqlite:///{root / 'catalog.db'}")
+    done = subprocess.run(
+        [str(BIN / "oreo"), "--json", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"oreo demo failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    doc = json.loads(done.stdout)
+    assert doc["created"] is True and doc["rows"] == DEMO_ROWS, doc
+    passwords = {a["username"]: a["password"] for a in doc["accounts"]}
+    assert set(passwords) == {"editor", "approver", "admin"} and all(passwords.values()), doc
+    return DemoWorkspace(root=root, passwords=passwords, rows=doc["rows"])
+
+
+def _wait_healthy(server: OreoServer, port: int) -> bool:
+    """Poll until this process serves /_stcore/health; False if another process holds the port."""
+    deadline = time.monotonic() + SERVER_START_TIMEOUT
+    while time.monotonic() < deadline:
+        log = server.log.read_text(errors="replace")
+        if server.process.poll() is not None:
+            if f"Port {port} is not available" in log:
+                return False
+            raise AssertionError(f"streamlit exited with {server.process.returncode}:\n{_tail(server.log)}")
+        # The banner proves that this process, not a stranger that took the port, bound it.
+        if f"localhost:{port}" in log:
+            try:
+                with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=2) as resp:
+                    if resp.status == 200 and resp.read().strip() == b"ok":
+                        return True
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+        time.sleep(0.2)  # poll interval, not a wait for an outcome
+    raise AssertionError(f"streamlit was not healthy within {SERVER_START_TIMEOUT}s:\n{_tail(server.log)}")
+
+
+def _stop(server: OreoServer) -> None:
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def start_oreo(
+    demo_workspace: DemoWorkspace, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., OreoServer]]:
+    """Start `streamlit run app/main.py` on a free port over a fresh copy of the demo workspace.
+
+    ``secrets_for(url)`` returns the text of the server's only secrets file (default empty:
+    no SSO, whatever .streamlit/secrets.toml holds); ``env`` adds settings. Every server
+    started here is stopped at the end of the session.
+    """
+    started: list[OreoServer] = []
+
+    def start(
+        name: str, *, secrets_for: Callable[[str], str] | None = None, env: dict[str, str] | None = None
+    ) -> OreoServer:
+        home = tmp_path_factory.mktemp(f"e2e-{name}")
+        data_root, database_url = demo_workspace.copy_to(home)
+        secrets_file = home / "secrets.toml"
+        for _attempt in range(3):  # another process may take the free port before streamlit binds it
+            port = free_port()
+            url = f"http://localhost:{port}"
+            secrets_file.write_text(secrets_for(url) if secrets_for else "")
+            log = home / f"streamlit-{port}.log"
+            command = [
+                str(BIN / "streamlit"), "run", "app/main.py",
+                "--server.port", str(port),
+                "--server.headless", "true",
+                "--browser.gatherUsageStats", "false",
+                "--secrets.files", str(secrets_file),
+            ]  # fmt: skip
+            with log.open("wb") as out:
+                process = subprocess.Popen(
+                    command,
+                    cwd=REPO,  # so .streamlit/config.toml applies
+                    env={**_base_env(data_root, database_url), **(env or {})},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # its own process group, stopped as one at teardown
+                )
+            server = OreoServer(url=url, data_root=data_root, process=process, log=log)
+            started.append(server)
+            if _wait_healthy(server, port):
+                return server
+        raise AssertionError(f"no free port for the {name!r} server after 3 attempts")
+
+    yield start
+    for server in started:
+        _stop(server)
+
+
+@pytest.fixture(scope="session")
+def oreo_server(start_oreo: Callable[..., OreoServer]) -> OreoServer:
+    """The app with local accounts only."""
+    return start_oreo("local")
+
+
+@pytest.fixture(scope="session")
+def playwright_instance() -> Iterator[Playwright]:
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_instance: Playwright) -> Iterator[Browser]:
+    browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def new_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
+    """Open a page on a server in a fresh browser context (no cookies, no session)."""
+    contexts = []
+
+    def open_page(base_url: str) -> Page:
+        context = browser.new_context(base_url=base_url, viewport={"width": 1920, "height": 1200})
+        context.set_default_timeout(UI_TIMEOUT_MS)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/")
+        wait_idle(page)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def settle() -> Callable[..., None]:
+    """The ``settle(page, expected, text=None)`` helper (test modules do not import conftest)."""
+    return _settle
+
+
+def wait_idle(page: Page) -> None:
+    """Wait until no script run is in progress."""
+    expect(page.locator(APP_IDLE)).to_be_attached(timeout=UI_TIMEOUT_MS)
+
+
+def _settle(page: Page, expected: Locator, text: str | None = None) -> None:
+    """Wait for what the last action should produce, then for the run that produced it to end.
+
+    Right after a click the app may still report ``notRunning`` from the previous run, so
+    waiting on that state alone could return before the new run even started; the expected
+    element (or text) only appears once the new run rendered it.
+    """
+    if text is None:
+        expect(expected).to_be_visible(timeout=UI_TIMEOUT_MS)
+    else:
+        expect(expected).to_contain_text(text, timeout=UI_TIMEOUT_MS)
+    wait_idle(page)

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from core import auth, datasets, projects
+from core import auth, datasets, projects, sessions
 from core.catalog import Catalog, open_catalog
 from core.errors import InvalidInput, OreoError
 from core.reads import RowFilter
@@ -31,6 +31,8 @@ app.add_typer(user_app, name="user")
 app.add_typer(project_app, name="project")
 app.add_typer(member_app, name="member")
 app.add_typer(dataset_app, name="dataset")
+session_app = typer.Typer(no_args_is_help=True, help="Live-edit sessions.")
+app.add_typer(session_app, name="session")
 
 
 @dataclass
@@ -314,6 +316,104 @@ def dataset_rows(
     doc = {"rows": records(page.rows), "total": page.total}
     human = page.rows.to_string(index=False) + f"\n({len(page.rows)} of {page.total} rows)"
     emit(doc, human)
+
+
+# ---------------------------------------------------------------- live edits
+
+
+_EDIT_HELP = """Save cell edits, added rows and deleted rows to a live-edit session.
+
+Edit options, repeatable and applied in the order given:
+--set ROW_ID COLUMN VALUE, --delete-row ROW_ID, --add-row JSON_OBJECT.
+"""
+
+
+def _parse_edit_args(args: list[str]) -> list[sessions.EditOp]:
+    """Edit options in command-line order (Typer has no repeatable 3-value options)."""
+    ops: list[sessions.EditOp] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag == "--set":
+            if len(args) - i < 4:
+                raise typer.BadParameter("--set needs ROW_ID COLUMN VALUE", param_hint="--set")
+            ops.append(sessions.SetCell(args[i + 1], args[i + 2], args[i + 3]))
+            i += 4
+        elif flag in ("--delete-row", "--add-row"):
+            if i + 1 >= len(args):
+                raise typer.BadParameter(f"{flag} needs a value", param_hint=flag)
+            value = args[i + 1]
+            if flag == "--delete-row":
+                ops.append(sessions.DeleteRow(value))
+            else:
+                try:
+                    row = json.loads(value)
+                except json.JSONDecodeError:
+                    row = None
+                if not isinstance(row, dict):
+                    raise typer.BadParameter(f"must be a JSON object, got {value!r}", param_hint="--add-row")
+                ops.append(sessions.AddRow(row))
+            i += 2
+        else:
+            raise typer.BadParameter(f"unexpected argument {flag!r}", param_hint="edit options")
+    return ops
+
+
+@app.command("edit", help=_EDIT_HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def edit(
+    ctx: typer.Context,
+    project_id: str,
+    dataset_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The editing user.")],
+    session_id: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: the user's open one).")
+    ] = None,
+) -> None:
+    ops = _parse_edit_args(list(ctx.args))
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    if session_id is None:
+        session_id = sessions.open_session(catalog, project_id, dataset_id, actor=actor).session_id
+    else:
+        info = sessions.get_session(catalog, session_id, actor=actor)
+        if (info.project_id, info.dataset_id) != (project_id, dataset_id):
+            raise InvalidInput(
+                f"session {session_id} edits {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}"
+            )
+    count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
+    emit({"session_id": session_id, "edits": count}, f"session {session_id}: {count} pending edit(s)")
+
+
+@session_app.command("show")
+def session_show(session_id: str, as_user: AsUser = None) -> None:
+    """Show a session and its pending edits."""
+    catalog = _catalog()
+    info = sessions.get_session(catalog, session_id, actor=_actor(catalog, as_user))
+    edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
+    doc = {
+        "session_id": info.session_id,
+        "owner": info.owner,
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "base_version": info.base_version,
+        "edits": [
+            {
+                "row_id": e.row_id,
+                "column": e.column,
+                "old_value": e.old_value,
+                "new_value": e.new_value,
+                "change": e.change,
+            }
+            for e in edits
+        ],
+    }
+    lines = [
+        f"session {info.session_id} of {info.owner} on {info.project_id}/{info.dataset_id} (base v{info.base_version})"
+    ]
+    lines += [
+        f"  {e.change:<7} {e.row_id:<38} {e.column or '(row)':<20} {e.old_value!s} -> {e.new_value!s}" for e in edits
+    ]
+    emit(doc, "\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:

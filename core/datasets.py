@@ -203,7 +203,7 @@ def create_dataset(
 def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInfo) -> None:
     spark = engine.get_spark()
     view = f"oreo_create_{uuid.uuid4().hex}"
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in engine.MAIN_TABLE_PROPERTIES.items())
+    props = engine.main_table_properties_sql()
     try:
         spark.read.parquet(str(converted)).createOrReplaceTempView(view)
         with engine.commit_metadata(commit):

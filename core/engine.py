@@ -38,6 +38,12 @@ MAIN_TABLE_PROPERTIES: dict[str, str] = {
     "delta.enableDeletionVectors": "true",
 }
 
+
+def main_table_properties_sql() -> str:
+    """``MAIN_TABLE_PROPERTIES`` as the body of a ``TBLPROPERTIES (...)`` clause."""
+    return ", ".join(f"'{k}' = '{v}'" for k, v in MAIN_TABLE_PROPERTIES.items())
+
+
 _lock = threading.Lock()
 _commit_lock = threading.RLock()
 _spark: SparkSession | None = None

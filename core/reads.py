@@ -11,6 +11,7 @@ names are checked against the table's schema and then quoted.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +30,7 @@ FilterOp = Literal["eq", "contains"]
 _db_lock = threading.Lock()
 _db: duckdb.DuckDBPyConnection | None = None
 _local = threading.local()
+_cursors: list[duckdb.DuckDBPyConnection] = []
 
 
 def extension_path() -> Path:
@@ -45,22 +47,50 @@ def extension_path() -> Path:
     return path
 
 
+def open_duckdb() -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB with the signed delta extension loaded and nothing fetched."""
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "allow_unsigned_extensions": "false",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        },
+    )
+    con.execute(f"LOAD '{extension_path()}'")
+    # Text forms of timestamps (edits, JSON output) must not depend on the host's zone.
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
 def _database() -> duckdb.DuckDBPyConnection:
     global _db
     if _db is None:
         with _db_lock:
             if _db is None:
-                con = duckdb.connect(
-                    ":memory:",
-                    config={
-                        "allow_unsigned_extensions": "false",
-                        "autoinstall_known_extensions": "false",
-                        "autoload_known_extensions": "false",
-                    },
-                )
-                con.execute(f"LOAD '{extension_path()}'")
-                _db = con
+                _db = open_duckdb()
+                atexit.register(close)
     return _db
+
+
+def close() -> None:
+    """Close this process's DuckDB database and cursors.
+
+    Runs at exit: DuckDB's C++ threads must stop before the interpreter tears down, or
+    the process can abort ("terminate called without an active exception").
+    """
+    global _db
+    with _db_lock:
+        for cur in list(_cursors):
+            try:
+                cur.close()
+            except duckdb.Error:
+                pass
+        _cursors.clear()
+        if _db is not None:
+            _db.close()
+            _db = None
+        _local.__dict__.clear()
 
 
 def cursor() -> duckdb.DuckDBPyConnection:
@@ -69,6 +99,7 @@ def cursor() -> duckdb.DuckDBPyConnection:
     if cur is None:
         cur = _database().cursor()
         _local.cursor = cur
+        _cursors.append(cur)
     return cur
 
 

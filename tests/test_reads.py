@@ -17,12 +17,12 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(scope="module")
 def people(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     """A small Delta table written by Spark with Oreo's main-table properties."""
-    from core.engine import MAIN_TABLE_PROPERTIES, delta_ref
+    from core.engine import delta_ref, main_table_properties_sql
 
     path = tmp_path_factory.mktemp("reads") / "people"
     rows = [(f"r{i:03d}", f"name {i}", i % 7, "x'y" if i == 3 else "plain") for i in range(120)]
     spark.createDataFrame(rows, "row_id string, name string, grp int, note string").createOrReplaceTempView("src")
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in MAIN_TABLE_PROPERTIES.items())
+    props = main_table_properties_sql()
     spark.sql(f"CREATE TABLE {delta_ref(path)} USING DELTA TBLPROPERTIES ({props}) AS SELECT * FROM src")
     return path
 
@@ -95,11 +95,11 @@ def test_missing_table_is_not_found(tmp_path: Path) -> None:
 
 def test_duckdb_reads_deletes_and_updates_by_spark(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Deletion vectors and CDF are on; DuckDB must still see exactly Spark's view of the table."""
-    from core.engine import MAIN_TABLE_PROPERTIES, delta_ref
+    from core.engine import delta_ref, main_table_properties_sql
 
     path = tmp_path / "dv"
     spark.range(1000).selectExpr("cast(id as string) as row_id", "id").createOrReplaceTempView("dv_src")
-    props = ", ".join(f"'{k}' = '{v}'" for k, v in MAIN_TABLE_PROPERTIES.items())
+    props = main_table_properties_sql()
     spark.sql(f"CREATE TABLE {delta_ref(path)} USING DELTA TBLPROPERTIES ({props}) AS SELECT * FROM dv_src")
     spark.sql(f"DELETE FROM {delta_ref(path)} WHERE id % 10 = 0")
     spark.sql(f"UPDATE {delta_ref(path)} SET id = -id WHERE id % 10 = 5")

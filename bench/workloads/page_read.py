@@ -32,18 +32,9 @@ BARE_DUCKDB = "bare duckdb"
 
 def _bare_duckdb() -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB with the wheel's signed delta extension, configured like core's."""
-    from core.reads import extension_path
+    from core.reads import open_duckdb
 
-    con = duckdb.connect(
-        ":memory:",
-        config={
-            "allow_unsigned_extensions": "false",
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        },
-    )
-    con.execute(f"LOAD '{extension_path()}'")
-    return con
+    return open_duckdb()
 
 
 def _layout(path: Path) -> str:

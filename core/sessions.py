@@ -1,0 +1,467 @@
+"""Live-edit sessions: one user's pending changes to one dataset, stored cell by cell.
+
+Storage (seed 002 section 5)::
+
+    live_edit/<session_id>/edits.delta    append-only Delta log of edit events (delta-rs)
+    live_edit/<session_id>/metadata.json  owner, dataset, base_version, created_at, last_activity
+
+``edits.delta`` has exactly the spec's schema: ``edit_id, session_id, row_id, column,
+old_value, new_value, user_id, ts, validation`` (values as text, ``validation`` as JSON
+text). delta-rs writes it: a single edit is one small append, far cheaper than a Spark
+job, and ``main/`` and ``staging/`` stay Spark-only.
+
+How changes are represented. Every save appends events; the *effective* edit of a
+``(row_id, column)`` is its newest event (``edit_id`` sorts by time):
+
+* **Cell update** - ``column`` is the column name, ``old_value`` the value in ``main`` at
+  the session's base version, ``new_value`` the new value (NULL clears the cell). When
+  the newest ``new_value`` equals ``old_value`` the cell is back to its original and
+  drops out of the overlay; that is also how "undo" works.
+* **Row insert** - a marker event with ``column = "__row__"`` and ``new_value =
+  "insert"``, plus one cell event per given value with ``old_value`` NULL. The row's
+  ``row_id`` follows the dataset's rule: its key value in a keyed dataset, else a UUID.
+* **Row delete** - a marker event with ``column = "__row__"`` and ``new_value = "delete"``.
+* **Undoing a row marker** - a newer ``__row__`` event with ``new_value`` NULL.
+
+Only changed cells are ever stored, never full rows.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from core import reads
+from core.auth import Role, User, require_role
+from core.catalog import Catalog
+from core.config import get_settings
+from core.datasets import DatasetInfo, get_dataset, layout_for
+from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
+from core.layout import DatasetLayout, new_id, validate_id
+
+ROW_MARKER = "__row__"
+INSERT = "insert"
+DELETE = "delete"
+MAX_SESSION_BYTES = 100 * 1024 * 1024
+
+EDITS_SCHEMA = pa.schema(
+    [
+        ("edit_id", pa.string()),
+        ("session_id", pa.string()),
+        ("row_id", pa.string()),
+        ("column", pa.string()),
+        ("old_value", pa.string()),
+        ("new_value", pa.string()),
+        ("user_id", pa.string()),
+        ("ts", pa.timestamp("us", tz="UTC")),
+        ("validation", pa.string()),
+    ]
+)
+# Small tables of many tiny commits: checkpoint often so reads stay fast.
+_EDITS_TABLE_CONFIG = {"delta.checkpointInterval": "20", "delta.logRetentionDuration": "interval 7 days"}
+
+ChangeKind = Literal["update", "insert", "delete"]
+_seq_lock = threading.Lock()
+_last_ns = 0
+
+
+def _edit_id() -> str:
+    """Sortable by creation time within and across processes (ns clock + random tail)."""
+    global _last_ns
+    with _seq_lock:
+        now = max(time.time_ns(), _last_ns + 1)
+        _last_ns = now
+    return f"{now:020d}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    owner: str
+    project_id: str
+    dataset_id: str
+    base_version: int
+    created_at: str
+    last_activity: str
+    state: str = "open"
+
+
+@dataclass(frozen=True)
+class CellEdit:
+    """One effective change of a session."""
+
+    row_id: str
+    column: str | None  # None for whole-row inserts and deletes
+    old_value: str | None
+    new_value: str | None
+    change: ChangeKind
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _write_metadata(layout: DatasetLayout, info: SessionInfo) -> None:
+    path = layout.session_metadata(info.session_id)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(asdict(info), indent=2))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def _read_metadata(layout: DatasetLayout, session_id: str) -> SessionInfo:
+    path = layout.session_metadata(session_id)
+    if not path.is_file():
+        raise NotFound(f"unknown session {session_id!r}", kind="session", ident=session_id)
+    return SessionInfo(**json.loads(path.read_text()))
+
+
+def find_session(catalog: Catalog, session_id: str) -> tuple[SessionInfo, DatasetLayout]:
+    """Locate a session by id across all datasets.
+
+    Raises:
+        NotFound: No session with that id.
+    """
+    validate_id(session_id, kind="session id")
+    root = get_settings().data_root / "projects"
+    for meta in root.glob(f"*/datasets/*/live_edit/{session_id}/metadata.json"):
+        info = SessionInfo(**json.loads(meta.read_text()))
+        return info, layout_for(info.project_id, info.dataset_id)
+    raise NotFound(f"unknown session {session_id!r}", kind="session", ident=session_id)
+
+
+def _expired(info: SessionInfo) -> bool:
+    ttl = timedelta(hours=get_settings().session_ttl_hours)
+    return _now() - datetime.fromisoformat(info.last_activity) > ttl
+
+
+def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> SessionInfo:
+    """The actor's open session on a dataset, created (at the current version) if none.
+
+    An expired session is removed first, and a new one is started.
+    """
+    dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.EDITOR, action="edit this dataset")
+    layout = layout_for(project_id, dataset_id)
+    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
+        info = SessionInfo(**json.loads(meta.read_text()))
+        if info.owner == actor.username and info.state == "open":
+            if _expired(info):
+                discard_session(catalog, info.session_id, actor=actor, reason="expired")
+                continue
+            return info
+    now = _now().isoformat()
+    info = SessionInfo(
+        session_id=new_id("sess"),
+        owner=actor.username,
+        project_id=project_id,
+        dataset_id=dataset_id,
+        base_version=int(dataset.version or 0),
+        created_at=now,
+        last_activity=now,
+    )
+    layout.session_dir(info.session_id).mkdir(parents=True)
+    _write_metadata(layout, info)
+    return info
+
+
+def get_session(catalog: Catalog, session_id: str, *, actor: User) -> SessionInfo:
+    """A session, for its owner (or an approver of its project)."""
+    info, _ = find_session(catalog, session_id)
+    if info.owner != actor.username:
+        require_role(catalog, actor, info.project_id, Role.APPROVER, action="view another user's session")
+    return info
+
+
+def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: str = "discarded") -> None:
+    """Delete a session's folder (owner, or an admin of the project)."""
+    import shutil
+
+    info, layout = find_session(catalog, session_id)
+    if info.owner != actor.username:
+        require_role(catalog, actor, info.project_id, Role.ADMIN, action="discard another user's session")
+    shutil.rmtree(layout.session_dir(session_id), ignore_errors=True)
+
+
+# ---------------------------------------------------------------- events
+
+
+def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]]) -> None:
+    from deltalake import write_deltalake
+
+    path = layout.live_edit(info.session_id)
+    if _session_bytes(layout, info.session_id) > MAX_SESSION_BYTES:
+        raise ConflictError(
+            f"session {info.session_id} is over the {MAX_SESSION_BYTES // 2**20} MB limit; "
+            "submit it as a change request or discard it"
+        )
+    table = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
+    new = not (path / "_delta_log").is_dir()
+    write_deltalake(
+        path,
+        table,
+        mode="append",
+        configuration=_EDITS_TABLE_CONFIG if new else None,
+    )
+    updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
+    _write_metadata(layout, updated)
+
+
+def _session_bytes(layout: DatasetLayout, session_id: str) -> int:
+    folder = layout.session_dir(session_id)
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _event(
+    info: SessionInfo,
+    actor: User,
+    row_id: str,
+    column: str,
+    old: str | None,
+    new: str | None,
+    validation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "edit_id": _edit_id(),
+        "session_id": info.session_id,
+        "row_id": row_id,
+        "column": column,
+        "old_value": old,
+        "new_value": new,
+        "user_id": actor.username,
+        "ts": _now(),
+        "validation": json.dumps(validation or {}),
+    }
+
+
+def read_events(layout: DatasetLayout, session_id: str) -> pa.Table:
+    """Every stored event of a session, oldest first (empty when nothing was saved)."""
+    from deltalake import DeltaTable
+
+    path = layout.live_edit(session_id)
+    if not (path / "_delta_log").is_dir():
+        return EDITS_SCHEMA.empty_table()
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    return table.sort_by("edit_id")
+
+
+def effective_edits(layout: DatasetLayout, session_id: str) -> list[CellEdit]:
+    """The session's net changes: newest event per cell, no-ops dropped."""
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    ever_inserted: set[str] = set()
+    for event in read_events(layout, session_id).to_pylist():
+        latest[(event["row_id"], event["column"])] = event
+        if event["column"] == ROW_MARKER and event["new_value"] == INSERT:
+            ever_inserted.add(event["row_id"])
+    markers = {rid: e["new_value"] for (rid, col), e in latest.items() if col == ROW_MARKER and e["new_value"]}
+    edits: list[CellEdit] = []
+    for (row_id, column), e in sorted(latest.items()):
+        marker = markers.get(row_id)
+        if column == ROW_MARKER:
+            if marker == INSERT:
+                edits.append(CellEdit(row_id, None, None, None, "insert"))
+            elif marker == DELETE:
+                edits.append(CellEdit(row_id, None, None, None, "delete"))
+        elif marker == INSERT:
+            if e["new_value"] is not None:
+                edits.append(CellEdit(row_id, column, None, e["new_value"], "insert"))
+        elif marker == DELETE or row_id in ever_inserted:
+            continue  # cells of a deleted row, or of an insert that was undone, no longer matter
+        elif e["old_value"] != e["new_value"]:
+            edits.append(CellEdit(row_id, column, e["old_value"], e["new_value"], "update"))
+    return edits
+
+
+# ---------------------------------------------------------------- edit operations
+
+
+@dataclass(frozen=True)
+class SetCell:
+    row_id: str
+    column: str
+    value: str | None
+
+
+@dataclass(frozen=True)
+class AddRow:
+    values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DeleteRow:
+    row_id: str
+
+
+@dataclass(frozen=True)
+class UndoCell:
+    row_id: str
+    column: str | None  # None undoes a row insert/delete marker
+
+
+EditOp = SetCell | AddRow | DeleteRow | UndoCell
+
+
+def _canonical(value: Any, column: str, duck_type: str) -> str | None:
+    """``value`` as the text DuckDB prints for it in ``duck_type``; refuse what doesn't fit."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
+    if duck_type == "VARCHAR":
+        return text
+    if duck_type == "BOOLEAN":
+        text = text.strip().lower()
+    row = reads.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text.strip()]).fetchone()
+    if row is None or row[0] is None:
+        raise InvalidInput(f"value {text!r} is not a valid {duck_type} for column {column!r}", field=column)
+    return str(row[0])
+
+
+def _main_values(dataset: DatasetInfo, base_version: int, row_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Base values of some rows, every column as text, keyed by row_id."""
+    if not row_ids:
+        return {}
+    columns = reads.table_schema(Path(dataset.path), base_version)
+    select = ", ".join(f"CAST({reads.quote_ident(c.name)} AS VARCHAR) AS {reads.quote_ident(c.name)}" for c in columns)
+    sql = f"SELECT {select} FROM delta_scan(?, version => ?) WHERE row_id IN (SELECT unnest(?::VARCHAR[]))"
+    rows = reads.cursor().execute(sql, [dataset.path, base_version, row_ids]).fetchall()
+    names = [c.name for c in columns]
+    return {r[0]: dict(zip(names, r, strict=True)) for r in rows}
+
+
+def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: User) -> int:
+    """Validate ``ops`` against the base table and save them in one commit.
+
+    Args:
+        catalog: The catalog.
+        session_id: The actor's own open session.
+        ops: Cell sets, row adds, row deletes and undos, applied in order.
+        actor: The session's owner, an editor of the project.
+
+    Returns:
+        The number of effective edits in the session afterwards.
+
+    Raises:
+        PermissionDenied: Not the owner, or no longer an editor.
+        NotFound: Unknown row or column.
+        InvalidInput: A value that does not fit its column, a key change, an empty batch.
+        ConflictError: The session expired or is over its size limit.
+    """
+    info, layout = find_session(catalog, session_id)
+    if info.owner != actor.username:
+        raise PermissionDenied(
+            f"session {session_id} belongs to {info.owner!r}; only its owner can edit it", user=actor.username
+        )
+    require_role(catalog, actor, info.project_id, Role.EDITOR, action="edit this dataset")
+    if _expired(info):
+        discard_session(catalog, session_id, actor=actor, reason="expired")
+        raise ConflictError(
+            f"session {session_id} expired after {get_settings().session_ttl_hours} h without activity "
+            "and was removed; start a new one"
+        )
+    if not ops:
+        raise InvalidInput("no edits given", field="edits")
+    dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
+    schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), info.base_version)}
+    current = {(e.row_id, e.column): e for e in effective_edits(layout, session_id)}
+    inserted = {e.row_id for e in current.values() if e.change == "insert"}
+    deleted = {e.row_id for e in current.values() if e.change == "delete" and e.column is None}
+    wanted = [op.row_id for op in ops if isinstance(op, SetCell | DeleteRow | UndoCell)]
+    base = _main_values(dataset, info.base_version, [r for r in wanted if r not in inserted])
+
+    events: list[dict[str, Any]] = []
+    for op in ops:
+        if isinstance(op, SetCell):
+            events.append(_set_cell(info, actor, dataset, schema, base, inserted, deleted, op))
+        elif isinstance(op, AddRow):
+            row_id, row_events = _add_row(info, actor, dataset, schema, inserted, op)
+            inserted.add(row_id)
+            events.extend(row_events)
+        elif isinstance(op, DeleteRow):
+            if op.row_id in inserted:
+                events.append(_event(info, actor, op.row_id, ROW_MARKER, None, None))
+                inserted.discard(op.row_id)
+            else:
+                _require_row(base, op.row_id, dataset)
+                events.append(_event(info, actor, op.row_id, ROW_MARKER, None, DELETE))
+                deleted.add(op.row_id)
+        else:
+            if op.column is None:
+                events.append(_event(info, actor, op.row_id, ROW_MARKER, None, None))
+                inserted.discard(op.row_id)
+                deleted.discard(op.row_id)
+            else:
+                _require_column(schema, op.column)
+                original = None if op.row_id in inserted else _require_row(base, op.row_id, dataset)[op.column]
+                events.append(_event(info, actor, op.row_id, op.column, original, original))
+    _append(layout, info, events)
+    return len(effective_edits(layout, session_id))
+
+
+def _require_column(schema: dict[str, str], column: str) -> str:
+    if column not in schema:
+        raise NotFound(f"unknown column {column!r}; columns are: {', '.join(schema)}", kind="column")
+    return schema[column]
+
+
+def _require_row(base: dict[str, dict[str, Any]], row_id: str, dataset: DatasetInfo) -> dict[str, Any]:
+    if row_id not in base:
+        raise NotFound(f"unknown row {row_id!r} in {dataset.project_id}/{dataset.dataset_id}", kind="row", ident=row_id)
+    return base[row_id]
+
+
+def _set_cell(
+    info: SessionInfo,
+    actor: User,
+    dataset: DatasetInfo,
+    schema: dict[str, str],
+    base: dict[str, dict[str, Any]],
+    inserted: set[str],
+    deleted: set[str],
+    op: SetCell,
+) -> dict[str, Any]:
+    duck_type = _require_column(schema, op.column)
+    if op.column == "row_id" or op.column == dataset.key_column:
+        raise InvalidInput(
+            f"column {op.column!r} identifies the row and cannot be edited; delete the row and add a new one",
+            field=op.column,
+        )
+    value = _canonical(op.value, op.column, duck_type)
+    if op.row_id in inserted:
+        return _event(info, actor, op.row_id, op.column, None, value)
+    original = _require_row(base, op.row_id, dataset)[op.column]
+    if op.row_id in deleted:
+        raise ConflictError(f"row {op.row_id!r} is marked deleted in this session; undo the delete to edit it")
+    return _event(info, actor, op.row_id, op.column, original, value)
+
+
+def _add_row(
+    info: SessionInfo, actor: User, dataset: DatasetInfo, schema: dict[str, str], inserted: set[str], op: AddRow
+) -> tuple[str, list[dict[str, Any]]]:
+    values = dict(op.values)
+    values.pop("row_id", None)
+    for column in values:
+        _require_column(schema, column)
+    canonical = {c: _canonical(v, c, schema[c]) for c, v in values.items()}
+    if dataset.key_column:
+        row_id = canonical.get(dataset.key_column)
+        if row_id is None:
+            raise InvalidInput(
+                f"a new row needs a value for the key column {dataset.key_column!r}", field=dataset.key_column
+            )
+        if row_id in inserted or _main_values(dataset, info.base_version, [row_id]):
+            raise InvalidInput(f"a row with key {row_id!r} already exists", field=dataset.key_column)
+    else:
+        row_id = str(uuid.uuid4())
+    events = [_event(info, actor, row_id, ROW_MARKER, None, INSERT)]
+    events += [_event(info, actor, row_id, c, None, v) for c, v in canonical.items() if v is not None]
+    return row_id, events

@@ -1,0 +1,240 @@
+"""Live-edit sessions: only changed cells stored in edits.delta, typed values, undo, TTL."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from core import sessions
+from core.auth import Role, User, add_member, create_user, get_user
+from core.catalog import Catalog, open_catalog, reset_catalogs
+from core.config import get_settings
+from core.datasets import create_dataset, layout_for
+from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
+from core.projects import create_project
+from core.sessions import AddRow, DeleteRow, SetCell, UndoCell
+
+pytestmark = pytest.mark.spark
+
+
+@dataclass(frozen=True)
+class World:
+    env: dict[str, str]
+
+
+def _switch(env: dict[str, str], mp: pytest.MonkeyPatch) -> None:
+    for name, value in env.items():
+        mp.setenv(name, value)
+    get_settings.cache_clear()
+    reset_catalogs()
+
+
+@pytest.fixture(scope="module")
+def world(spark, tmp_path_factory: pytest.TempPathFactory) -> World:  # type: ignore[no-untyped-def]
+    """A keyed and an unkeyed dataset, created once: Spark commits cost seconds."""
+    base = tmp_path_factory.mktemp("sessions")
+    env = {"DELTA_DATA_ROOT": str(base / "delta"), "OREO_DATABASE_URL": f"sqlite:///{base / 'catalog.db'}"}
+    people = base / "people.csv"
+    people.write_text(
+        "id,name,age,score,joined\n"
+        + "".join(f"{i},name {i},{20 + i},{i * 1.5},2024-01-{i:02d}\n" for i in range(1, 21))
+    )
+    notes = base / "notes.csv"
+    notes.write_text("title,body\nfirst,hello\nsecond,world\n")
+    with pytest.MonkeyPatch.context() as mp:
+        _switch(env, mp)
+        catalog = open_catalog()
+        create_project(catalog, "demo")
+        for name in ("ed", "eve", "al"):
+            create_user(catalog, name, password=f"{name}-password-1")
+        add_member(catalog, "demo", "ed", Role.EDITOR)
+        add_member(catalog, "demo", "eve", Role.EDITOR)
+        add_member(catalog, "demo", "al", Role.APPROVER)
+        create_dataset(catalog, "demo", "people", people, key="id")
+        create_dataset(catalog, "demo", "notes", notes)
+        reset_catalogs()
+    get_settings.cache_clear()
+    return World(env=env)
+
+
+@dataclass
+class Ctx:
+    catalog: Catalog
+    ed: User
+    eve: User
+    al: User
+    session: sessions.SessionInfo
+
+    def edits(self) -> list[sessions.CellEdit]:
+        return sessions.effective_edits(layout_for("demo", "people"), self.session.session_id)
+
+
+@pytest.fixture
+def ctx(world: World, data_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ctx]:
+    _switch(world.env, monkeypatch)
+    catalog = open_catalog()
+    ed = get_user(catalog, "ed")
+    session = sessions.open_session(catalog, "demo", "people", actor=ed)
+    yield Ctx(catalog, ed, get_user(catalog, "eve"), get_user(catalog, "al"), session)
+    for meta in layout_for("demo", "people").live_edit_root.glob("*/metadata.json"):
+        sessions.discard_session(
+            catalog, meta.parent.name, actor=get_user(catalog, json.loads(meta.read_text())["owner"])
+        )
+
+
+def test_session_layout_and_metadata(ctx: Ctx) -> None:
+    layout = layout_for("demo", "people")
+    meta = json.loads(layout.session_metadata(ctx.session.session_id).read_text())
+    assert meta["owner"] == "ed" and meta["base_version"] == 0 and meta["dataset_id"] == "people"
+    # The same user gets the same open session back; another user gets their own.
+    assert sessions.open_session(ctx.catalog, "demo", "people", actor=ctx.ed) == ctx.session
+    other = sessions.open_session(ctx.catalog, "demo", "people", actor=ctx.eve)
+    assert other.session_id != ctx.session.session_id
+
+
+def test_only_changed_cells_are_stored_with_the_spec_schema(ctx: Ctx) -> None:
+    sessions.apply_edits(ctx.catalog, ctx.session.session_id, [SetCell("3", "name", "Ada")], actor=ctx.ed)
+    layout = layout_for("demo", "people")
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(layout.live_edit(ctx.session.session_id))).to_pyarrow_table()
+    assert table.column_names == [
+        "edit_id",
+        "session_id",
+        "row_id",
+        "column",
+        "old_value",
+        "new_value",
+        "user_id",
+        "ts",
+        "validation",
+    ]
+    [row] = table.to_pylist()
+    assert (row["row_id"], row["column"], row["old_value"], row["new_value"], row["user_id"]) == (
+        "3",
+        "name",
+        "name 3",
+        "Ada",
+        "ed",
+    )
+    assert ctx.edits() == [sessions.CellEdit("3", "name", "name 3", "Ada", "update")]
+
+
+def test_later_edit_supersedes_and_reverting_removes_it(ctx: Ctx) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(ctx.catalog, sid, [SetCell("2", "age", "30"), SetCell("2", "age", "31")], actor=ctx.ed)
+    assert ctx.edits() == [sessions.CellEdit("2", "age", "22", "31", "update")]
+    assert sessions.apply_edits(ctx.catalog, sid, [SetCell("2", "age", "22")], actor=ctx.ed) == 0
+    assert ctx.edits() == []
+    sessions.apply_edits(ctx.catalog, sid, [SetCell("4", "score", "9.25")], actor=ctx.ed)
+    sessions.apply_edits(ctx.catalog, sid, [UndoCell("4", "score")], actor=ctx.ed)
+    assert ctx.edits() == []
+
+
+def test_insert_and_delete_rows(ctx: Ctx) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(
+        ctx.catalog,
+        sid,
+        [AddRow({"id": 99, "name": "new", "age": "41"}), DeleteRow("5"), SetCell("6", "name", "x")],
+        actor=ctx.ed,
+    )
+    assert sorted(ctx.edits(), key=lambda e: (e.row_id, e.column or "")) == [
+        sessions.CellEdit("5", None, None, None, "delete"),
+        sessions.CellEdit("6", "name", "name 6", "x", "update"),
+        sessions.CellEdit("99", None, None, None, "insert"),
+        sessions.CellEdit("99", "age", None, "41", "insert"),
+        sessions.CellEdit("99", "id", None, "99", "insert"),
+        sessions.CellEdit("99", "name", None, "new", "insert"),
+    ]
+    # Undoing the delete and the insert leaves only the cell update.
+    sessions.apply_edits(ctx.catalog, sid, [UndoCell("5", None), DeleteRow("99")], actor=ctx.ed)
+    assert ctx.edits() == [sessions.CellEdit("6", "name", "name 6", "x", "update")]
+
+
+def test_unkeyed_dataset_rows_get_uuids(ctx: Ctx) -> None:
+    notes = sessions.open_session(ctx.catalog, "demo", "notes", actor=ctx.ed)
+    sessions.apply_edits(ctx.catalog, notes.session_id, [AddRow({"title": "third"})], actor=ctx.ed)
+    [marker, cell] = sessions.effective_edits(layout_for("demo", "notes"), notes.session_id)
+    assert len(marker.row_id) == 36 and marker.change == "insert" and cell.new_value == "third"
+    sessions.discard_session(ctx.catalog, notes.session_id, actor=ctx.ed)
+
+
+@pytest.mark.parametrize(
+    ("op", "error", "message"),
+    [
+        (SetCell("nope", "name", "x"), NotFound, "unknown row 'nope'"),
+        (SetCell("1", "nope", "x"), NotFound, "unknown column 'nope'"),
+        (SetCell("1", "age", "abc"), InvalidInput, "'abc' is not a valid BIGINT for column 'age'"),
+        (SetCell("1", "joined", "tomorrow"), InvalidInput, "not a valid DATE"),
+        (SetCell("1", "id", "7"), InvalidInput, "identifies the row and cannot be edited"),
+        (AddRow({"name": "no key"}), InvalidInput, "needs a value for the key column 'id'"),
+        (AddRow({"id": 1}), InvalidInput, "a row with key '1' already exists"),
+        (DeleteRow("nope"), NotFound, "unknown row"),
+    ],
+)
+def test_bad_edits_are_refused_and_nothing_is_saved(ctx: Ctx, op: sessions.EditOp, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        sessions.apply_edits(ctx.catalog, ctx.session.session_id, [SetCell("2", "name", "ok"), op], actor=ctx.ed)
+    assert ctx.edits() == []
+
+
+def test_only_the_owner_edits(ctx: Ctx) -> None:
+    with pytest.raises(PermissionDenied, match="belongs to 'ed'"):
+        sessions.apply_edits(ctx.catalog, ctx.session.session_id, [SetCell("1", "name", "x")], actor=ctx.eve)
+
+
+def test_expired_session_is_removed_and_the_owner_told(ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = layout_for("demo", "people")
+    old = (datetime.now(UTC) - timedelta(hours=get_settings().session_ttl_hours + 1)).isoformat()
+    meta = layout.session_metadata(ctx.session.session_id)
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "last_activity": old}))
+    with pytest.raises(ConflictError, match="expired"):
+        sessions.apply_edits(ctx.catalog, ctx.session.session_id, [SetCell("1", "name", "x")], actor=ctx.ed)
+    assert not layout.session_dir(ctx.session.session_id).exists()
+
+
+def test_cli_edit_and_session_show(ctx: Ctx, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main, state
+
+    state.json = False
+    args = ["--json", "edit", "demo", "people", "--as", "ed", "--set", "7", "name", "Grace", "--delete-row", "8"]
+    args += ["--add-row", '{"id": 77, "name": "Linus"}', "--set", "77", "age", "50"]
+    assert main(args) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done == {"session_id": ctx.session.session_id, "edits": 6}
+    assert main(["--json", "session", "show", done["session_id"], "--as", "ed"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["owner"], shown["project"], shown["dataset"], shown["base_version"]) == ("ed", "demo", "people", 0)
+    assert {(e["row_id"], e["column"], e["old_value"], e["new_value"]) for e in shown["edits"]} == {
+        ("7", "name", "name 7", "Grace"),
+        ("8", None, None, None),
+        ("77", None, None, None),
+        ("77", "id", None, "77"),
+        ("77", "name", None, "Linus"),
+        ("77", "age", None, "50"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--set", "1", "age", "old"], 1, "error: value 'old' is not a valid BIGINT for column 'age'"),
+        (["--set", "1", "age"], 2, "--set needs ROW_ID COLUMN VALUE"),
+        (["--add-row", "[1]"], 2, "must be a JSON object"),
+        (["--bogus"], 2, "unexpected argument"),
+    ],
+)
+def test_cli_edit_errors(
+    ctx: Ctx, capsys: pytest.CaptureFixture[str], args: list[str], code: int, message: str
+) -> None:
+    from cli.main import main
+
+    assert main(["edit", "demo", "people", "--as", "ed", *args]) == code
+    assert message in capsys.readouterr().err
+    assert ctx.edits() == []

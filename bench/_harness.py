@@ -167,6 +167,7 @@ class WorkloadResult:
         ratio_baseline: Label of the baseline for ``max_ratio``.
         max_ratio: core median / baseline median must be <= this.
         max_median_ms: core median must be < this.
+        max_p95_ms: core p95 must be <= this.
         breakdown: The core path's steps timed one by one (informational).
         notes: Free-form facts worth keeping (table size, engine start time...).
     """
@@ -178,6 +179,7 @@ class WorkloadResult:
     ratio_baseline: str | None = None
     max_ratio: float | None = None
     max_median_ms: float | None = None
+    max_p95_ms: float | None = None
     breakdown: list[Timing] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
     peak_rss_mb: float = field(default_factory=peak_rss_mb)
@@ -212,6 +214,14 @@ class WorkloadResult:
                     f"{_ms(self.core.median)} (target <{self.max_median_ms:g} ms)",
                 )
             )
+        if self.max_p95_ms is not None:
+            found.append(
+                Check(
+                    "core p95",
+                    self.core.p95 <= self.max_p95_ms,
+                    f"{_ms(self.core.p95)} (target <={self.max_p95_ms:g} ms)",
+                )
+            )
         return found
 
     @property
@@ -228,6 +238,7 @@ class WorkloadResult:
                 "ratio_baseline": self.ratio_baseline,
                 "max_ratio": self.max_ratio,
                 "max_median_ms": self.max_median_ms,
+                "max_p95_ms": self.max_p95_ms,
             },
             "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.checks()],
             "passed": self.passed,
@@ -264,6 +275,8 @@ def headline(result: WorkloadResult) -> str:
         parts.append(text)
     if result.max_median_ms is not None:
         parts.append(f"median target <{result.max_median_ms:g} ms")
+    if result.max_p95_ms is not None:
+        parts.append(f"core p95 {_ms(result.core.p95)}, target <={result.max_p95_ms:g} ms")
     verdict = "PASS" if result.passed else "FAIL"
     return " | ".join(parts) + f" -> {verdict}"
 

@@ -296,11 +296,31 @@ def dataset_rows(
     desc: Annotated[bool, typer.Option("--desc", help="Sort descending.")] = False,
     limit: Annotated[int, typer.Option("--limit", help="Rows per page.")] = 50,
     offset: Annotated[int, typer.Option("--offset", help="Rows to skip.")] = 0,
+    session_id: Annotated[str | None, typer.Option("--session", help="Apply this live-edit session's overlay.")] = None,
     as_user: AsUser = None,
 ) -> None:
-    """Read a page of rows through DuckDB."""
+    """Read a page of rows through DuckDB (optionally with a session's edits applied)."""
     catalog = _catalog()
     filters = _parse_filters(filter_ or [], "eq") + _parse_filters(contains or [], "contains")
+    if session_id is not None:
+        if version is not None:
+            raise typer.BadParameter("--session shows pending edits over the latest version; drop --version")
+        actor = _actor(catalog, as_user)
+        info = sessions.get_session(catalog, session_id, actor=actor)
+        if (info.project_id, info.dataset_id) != (project_id, dataset_id):
+            raise InvalidInput(f"session {session_id} belongs to {info.project_id}/{info.dataset_id}")
+        page = sessions.overlay_page(
+            catalog,
+            session_id,
+            actor=actor,
+            filters=filters,
+            order_by=order_by,
+            descending=desc,
+            limit=limit,
+            offset=offset,
+        )
+        emit({"rows": records(page.rows), "total": page.total}, page.rows.to_string(index=False))
+        return
     page = datasets.dataset_rows(
         catalog,
         project_id,

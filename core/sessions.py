@@ -465,3 +465,107 @@ def _add_row(
     events = [_event(info, actor, row_id, ROW_MARKER, None, INSERT)]
     events += [_event(info, actor, row_id, c, None, v) for c, v in canonical.items() if v is not None]
     return row_id, events
+
+
+# ---------------------------------------------------------------- overlay
+
+CHANGE_COLUMN = "_change"
+EDITED_COLUMN = "_edited"
+
+
+def _typed(value: str | None, duck_type: str) -> Any:
+    if value is None:
+        return None
+    row = reads.cursor().execute(f"SELECT TRY_CAST(? AS {duck_type})", [value]).fetchone()
+    return row[0] if row else None
+
+
+def _matches(values: dict[str, Any], filters: list[reads.RowFilter]) -> bool:
+    for f in filters:
+        text = "" if values.get(f.column) is None else str(values[f.column])
+        if f.op == "contains" and f.value.lower() not in text.lower():
+            return False
+        if f.op == "eq" and text != f.value:
+            return False
+    return True
+
+
+def overlay_page(
+    catalog: Catalog,
+    session_id: str,
+    *,
+    actor: User,
+    filters: list[reads.RowFilter] | None = None,
+    order_by: str | None = None,
+    descending: bool = False,
+    limit: int = 50,
+    offset: int = 0,
+) -> reads.Page:
+    """A page of ``main`` with the session's edits applied and marked.
+
+    Only the page's ``row_id``s are joined with the session. Rows the session adds come
+    after the table's rows. Two extra columns mark the overlay: ``_change`` is
+    "update", "insert", "delete" or "", and ``_edited`` lists the changed columns.
+    Filters and sort apply to the stored values of existing rows.
+    """
+    import pandas as pd
+
+    info = get_session(catalog, session_id, actor=actor)
+    layout = layout_for(info.project_id, info.dataset_id)
+    dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
+    filters = filters or []
+    schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), dataset.version)}
+    edits = effective_edits(layout, session_id)
+    by_row: dict[str, list[CellEdit]] = {}
+    for e in edits:
+        by_row.setdefault(e.row_id, []).append(e)
+
+    inserted_rows: list[dict[str, Any]] = []
+    for row_id, row_edits in by_row.items():
+        if any(e.change == "insert" and e.column is None for e in row_edits):
+            values: dict[str, Any] = dict.fromkeys(schema)
+            values["row_id"] = row_id
+            for e in row_edits:
+                if e.column is not None:
+                    values[e.column] = _typed(e.new_value, schema[e.column])
+            if _matches(values, filters):
+                values[CHANGE_COLUMN] = "insert"
+                values[EDITED_COLUMN] = sorted(e.column for e in row_edits if e.column)
+                inserted_rows.append(values)
+
+    page = reads.read_page(
+        Path(dataset.path),
+        version=dataset.version,
+        filters=filters,
+        order_by=order_by,
+        descending=descending,
+        limit=limit,
+        offset=offset,
+        known_total=dataset.rows,
+    )
+    frame = page.rows.astype(object)
+    changes: list[str] = []
+    edited: list[list[str]] = []
+    for i, row_id in enumerate(frame["row_id"] if len(frame) else []):
+        row_edits = by_row.get(row_id, [])
+        kind = ""
+        cols: list[str] = []
+        for e in row_edits:
+            if e.column is None and e.change == "delete":
+                kind = "delete"
+            elif e.column is not None and e.change == "update":
+                frame.at[frame.index[i], e.column] = _typed(e.new_value, schema[e.column])
+                cols.append(e.column)
+                kind = kind or "update"
+        changes.append(kind)
+        edited.append(sorted(cols))
+    frame[CHANGE_COLUMN] = changes
+    frame[EDITED_COLUMN] = edited
+
+    # Rows added in the session follow the table's rows.
+    start = max(0, offset - page.total)
+    room = limit - len(frame)
+    extra = inserted_rows[start : start + room] if room > 0 else []
+    if extra:
+        frame = pd.concat([frame, pd.DataFrame(extra, columns=list(frame.columns))], ignore_index=True)
+    return reads.Page(rows=frame, total=page.total + len(inserted_rows))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core import sessions
+from core import reads, sessions
 from core.auth import Role, User, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -238,3 +238,39 @@ def test_cli_edit_errors(
     assert main(["edit", "demo", "people", "--as", "ed", *args]) == code
     assert message in capsys.readouterr().err
     assert ctx.edits() == []
+
+
+def test_overlay_applies_and_marks_edits_on_the_page(ctx: Ctx) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(
+        ctx.catalog,
+        sid,
+        [SetCell("2", "age", "99"), DeleteRow("3"), AddRow({"id": 500, "name": "added", "joined": "2025-02-03"})],
+        actor=ctx.ed,
+    )
+    page = sessions.overlay_page(ctx.catalog, sid, actor=ctx.ed, order_by="id", limit=5)
+    assert page.total == 21
+    rows = {r["row_id"]: r for r in page.rows.to_dict("records")}
+    assert rows["2"]["age"] == 99 and rows["2"]["_change"] == "update" and rows["2"]["_edited"] == ["age"]
+    assert rows["3"]["_change"] == "delete" and rows["3"]["name"] == "name 3"
+    assert rows["1"]["_change"] == "" and rows["1"]["age"] == 21
+    # The added row comes after the table's 20 rows, typed like its columns.
+    last = sessions.overlay_page(ctx.catalog, sid, actor=ctx.ed, order_by="id", limit=5, offset=18)
+    assert list(last.rows["row_id"]) == ["19", "20", "500"]
+    added = last.rows.to_dict("records")[-1]
+    assert added["_change"] == "insert" and added["name"] == "added" and str(added["joined"]) == "2025-02-03"
+    # Filters apply to added rows too.
+    only = sessions.overlay_page(
+        ctx.catalog, sid, actor=ctx.ed, filters=[reads.RowFilter("name", "added", "contains")], limit=5
+    )
+    assert only.total == 1 and list(only.rows["row_id"]) == ["500"]
+
+
+def test_cli_rows_with_session_overlay(ctx: Ctx, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
+
+    sessions.apply_edits(ctx.catalog, ctx.session.session_id, [SetCell("4", "name", "Dora")], actor=ctx.ed)
+    args = ["--json", "dataset", "rows", "demo", "people", "--as", "ed", "--session", ctx.session.session_id]
+    assert main([*args, "--filter", "row_id=4"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["total"] == 1 and doc["rows"][0]["name"] == "Dora" and doc["rows"][0]["_change"] == "update"

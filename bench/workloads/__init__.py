@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
-from bench.workloads import page_read
+from bench.workloads import edit_save, page_read
 
 Workload = Callable[[BenchConfig], WorkloadResult]
 
 WORKLOADS: dict[str, Workload] = {
     page_read.NAME: page_read.run,
+    edit_save.NAME: edit_save.run,
 }

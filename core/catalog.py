@@ -21,6 +21,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Integer,
     String,
     Text,
@@ -106,6 +107,44 @@ class DatasetRow(Base):
     row_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_by: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ChangeRequestRow(Base):
+    __tablename__ = "change_requests"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["project_id", "dataset_id"], ["datasets.project_id", "datasets.dataset_id"], ondelete="CASCADE"
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(63))
+    dataset_id: Mapped[str] = mapped_column(String(63))
+    author: Mapped[str] = mapped_column(String(63))
+    title: Mapped[str] = mapped_column(String(300))
+    description: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    base_version: Mapped[int] = mapped_column(Integer)
+    session_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    rows: Mapped[int] = mapped_column(Integer, default=0)
+    cells: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    closed_by: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    close_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    merged_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    validation_run_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+
+
+class CommentRow(Base):
+    __tablename__ = "cr_comments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cr_id: Mapped[str] = mapped_column(String(63), ForeignKey("change_requests.id", ondelete="CASCADE"), index=True)
+    author: Mapped[str] = mapped_column(String(63))
+    ts: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    body: Mapped[str] = mapped_column(Text)
 
 
 class AuditEventRow(Base):

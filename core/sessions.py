@@ -92,6 +92,7 @@ class SessionInfo:
     created_at: str
     last_activity: str
     state: str = "open"
+    cr_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,12 @@ def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: U
     layout.session_dir(info.session_id).mkdir(parents=True)
     _write_metadata(layout, info)
     return info
+
+
+def mark_submitted(layout: DatasetLayout, session_id: str, cr_id: str) -> None:
+    """Freeze a session once its edits became change request ``cr_id``."""
+    info = _read_metadata(layout, session_id)
+    _write_metadata(layout, SessionInfo(**{**asdict(info), "state": "submitted", "cr_id": cr_id}))
 
 
 def get_session(catalog: Catalog, session_id: str, *, actor: User) -> SessionInfo:
@@ -368,6 +375,8 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
             f"session {session_id} expired after {get_settings().session_ttl_hours} h without activity "
             "and was removed; start a new one"
         )
+    if info.state != "open":
+        raise ConflictError(f"session {session_id} was submitted as {info.cr_id}; edits go to a new session")
     if not ops:
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)

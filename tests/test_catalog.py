@@ -22,7 +22,7 @@ from core.catalog import (
 )
 from core.errors import EngineError
 
-TABLES = {"projects", "users", "memberships", "datasets", "audit_events"}
+TABLES = {"projects", "users", "memberships", "datasets", "audit_events", "change_requests", "cr_comments"}
 
 
 def _head_revision() -> str:

@@ -1,0 +1,342 @@
+"""Change requests: a session's edits, staged as one Delta table, awaiting review.
+
+Submitting turns a live-edit session into ``staging/<cr_id>`` - written by Spark, one
+Delta table per change request - holding every touched row *as it would be after the
+change*, plus two columns:
+
+* ``_op``: ``update``, ``insert`` or ``delete``;
+* ``_changed``: the columns the request changes in that row (all given columns for an
+  insert, none for a delete), so a merge updates only those.
+
+Spark builds the staged rows itself: the session's edits (text) are pivoted per row,
+cast to the main table's column types and laid over the row as of the session's base
+version. The catalog keeps the request's record and its state machine::
+
+    open -> merged | rejected | withdrawn      (no other transitions)
+"""
+
+from __future__ import annotations
+
+import enum
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from core import audit, engine
+from core.auth import Role, User, require_role
+from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
+from core.datasets import get_dataset, layout_for
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
+from core.layout import new_id, validate_id
+from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
+
+OP_COLUMN = "_op"
+CHANGED_COLUMN = "_changed"
+
+
+class CRState(enum.StrEnum):
+    OPEN = "open"
+    MERGED = "merged"
+    REJECTED = "rejected"
+    WITHDRAWN = "withdrawn"
+
+
+_TRANSITIONS: dict[CRState, set[CRState]] = {
+    CRState.OPEN: {CRState.MERGED, CRState.REJECTED, CRState.WITHDRAWN},
+}
+
+
+@dataclass(frozen=True)
+class ChangeRequest:
+    id: str
+    project_id: str
+    dataset_id: str
+    author: str
+    title: str
+    description: str
+    state: CRState
+    base_version: int
+    session_id: str | None
+    rows: int
+    cells: int
+    created_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None
+    closed_by: str | None
+    close_reason: str | None
+    merged_version: int | None
+
+
+@dataclass(frozen=True)
+class Comment:
+    author: str
+    ts: datetime
+    body: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeRequestSubmitted(audit.AuditEvent):
+    name = "cr_submitted"
+    cr_id: str
+    rows: int
+    cells: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeRequestClosed(audit.AuditEvent):
+    name = "cr_closed"
+    cr_id: str
+    state: str
+    reason: str | None = None
+
+
+def _record(row: ChangeRequestRow) -> ChangeRequest:
+    return ChangeRequest(
+        id=row.id,
+        project_id=row.project_id,
+        dataset_id=row.dataset_id,
+        author=row.author,
+        title=row.title,
+        description=row.description,
+        state=CRState(row.state),
+        base_version=row.base_version,
+        session_id=row.session_id,
+        rows=row.rows,
+        cells=row.cells,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        closed_at=row.closed_at,
+        closed_by=row.closed_by,
+        close_reason=row.close_reason,
+        merged_version=row.merged_version,
+    )
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _write_staging(
+    main: Path, staging: Path, base_version: int, edits: list[CellEdit], commit: engine.CommitInfo
+) -> None:
+    """Have Spark build and write the staged rows (see the module docstring)."""
+    spark = engine.get_spark()
+    base = spark.read.format("delta").option("versionAsOf", base_version).load(str(main))
+    columns = [(f.name, f.dataType.simpleString()) for f in base.schema.fields if f.name != "row_id"]
+    ops = sorted({(e.row_id, e.change) for e in edits if e.column is None or e.change == "update"})
+    cells = [(e.row_id, e.column, e.new_value) for e in edits if e.column is not None]
+    view = f"oreo_stage_{commit.commit_id.replace('-', '')}"
+    spark.createDataFrame(ops or [("", "update")], "row_id string, op string").where(
+        "row_id != ''" if not ops else "true"
+    ).createOrReplaceTempView(f"{view}_ops")
+    spark.createDataFrame(cells or [("", "", None)], "row_id string, col string, val string").where(
+        "row_id != ''" if not cells else "true"
+    ).createOrReplaceTempView(f"{view}_cells")
+    base.createOrReplaceTempView(f"{view}_base")
+    pivot = ", ".join(
+        f"max(CASE WHEN col = {_sql_string(name)} THEN val END) AS `v_{i}`, "
+        f"max(CASE WHEN col = {_sql_string(name)} THEN 1 ELSE 0 END) AS `s_{i}`"
+        for i, (name, _) in enumerate(columns)
+    )
+    values = ", ".join(
+        f"CASE WHEN p.`s_{i}` = 1 THEN CAST(p.`v_{i}` AS {dtype}) ELSE b.`{name.replace('`', '``')}` END "
+        f"AS `{name.replace('`', '``')}`"
+        for i, (name, dtype) in enumerate(columns)
+    )
+    changed = (
+        "filter(array("
+        + ", ".join(f"CASE WHEN p.`s_{i}` = 1 THEN {_sql_string(name)} END" for i, (name, _) in enumerate(columns))
+        + "), x -> x IS NOT NULL)"
+    )
+    sql = (
+        f"SELECT o.row_id AS row_id, {values}, o.op AS {OP_COLUMN}, "
+        f"CASE WHEN o.op = 'delete' THEN array() ELSE {changed} END AS {CHANGED_COLUMN} "
+        f"FROM {view}_ops o "
+        f"LEFT JOIN {view}_base b ON b.row_id = o.row_id "
+        f"LEFT JOIN (SELECT row_id, {pivot} FROM {view}_cells GROUP BY row_id) p ON p.row_id = o.row_id"
+    )
+    try:
+        with engine.commit_metadata(commit):
+            spark.sql(sql).write.format("delta").save(str(staging))
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
+    finally:
+        for suffix in ("ops", "cells", "base"):
+            spark.catalog.dropTempView(f"{view}_{suffix}")
+
+
+def submit_change_request(
+    catalog: Catalog,
+    session_id: str,
+    *,
+    actor: User,
+    title: str | None = None,
+    description: str = "",
+) -> ChangeRequest:
+    """Stage a session's edits as a change request for review.
+
+    Raises:
+        PermissionDenied: ``actor`` does not own the session or is not an editor.
+        InvalidInput: The session has no edits, or the title is too long.
+        ConflictError: The session was already submitted.
+        EngineError: Spark could not write the staging table (nothing is kept).
+    """
+    info, layout = find_session(catalog, session_id)
+    if info.owner != actor.username:
+        raise PermissionDenied(f"session {session_id} belongs to {info.owner!r}", user=actor.username)
+    require_role(catalog, actor, info.project_id, Role.EDITOR, action="submit a change request")
+    if info.state != "open":
+        raise ConflictError(f"session {session_id} was already submitted")
+    edits = effective_edits(layout, session_id)
+    if not edits:
+        raise InvalidInput(f"session {session_id} has no edits to submit", field="session")
+    title = (title or f"Changes to {info.project_id}/{info.dataset_id}").strip()
+    if len(title) > 300:
+        raise InvalidInput("the title must be at most 300 characters", field="title")
+    dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
+    cr_id = new_id("cr")
+    staging = layout.staging(cr_id)
+    commit = engine.new_commit(actor.username, "stage_change_request", cr_id=cr_id)
+    _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
+    rows = len({e.row_id for e in edits})
+    cells = sum(1 for e in edits if e.column is not None)
+    try:
+        with catalog.session() as s:
+            row = ChangeRequestRow(
+                id=cr_id,
+                project_id=info.project_id,
+                dataset_id=info.dataset_id,
+                author=actor.username,
+                title=title,
+                description=description,
+                state=CRState.OPEN.value,
+                base_version=info.base_version,
+                session_id=session_id,
+                rows=rows,
+                cells=cells,
+            )
+            s.add(row)
+            s.flush()
+            audit.record(
+                s,
+                ChangeRequestSubmitted(
+                    actor=actor.username,
+                    project_id=info.project_id,
+                    dataset_id=info.dataset_id,
+                    cr_id=cr_id,
+                    rows=rows,
+                    cells=cells,
+                ),
+            )
+            record = _record(row)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    mark_submitted(layout, session_id, cr_id)
+    return record
+
+
+def get_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
+    """A change request, for members of its project."""
+    validate_id(cr_id, kind="change request id")
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, cr_id)
+        if row is None:
+            raise NotFound(f"unknown change request {cr_id!r}", kind="change request", ident=cr_id)
+        record = _record(row)
+    require_role(catalog, actor, record.project_id, Role.EDITOR, action="view this change request")
+    return record
+
+
+def list_change_requests(
+    catalog: Catalog,
+    *,
+    actor: User,
+    project_id: str | None = None,
+    dataset_id: str | None = None,
+    state: CRState | None = None,
+) -> list[ChangeRequest]:
+    """Change requests visible to ``actor``, newest first."""
+    from core.auth import memberships
+
+    visible = memberships(catalog, actor)
+    query = select(ChangeRequestRow).order_by(ChangeRequestRow.created_at.desc())
+    if project_id is not None:
+        query = query.where(ChangeRequestRow.project_id == project_id)
+    if dataset_id is not None:
+        query = query.where(ChangeRequestRow.dataset_id == dataset_id)
+    if state is not None:
+        query = query.where(ChangeRequestRow.state == state.value)
+    with catalog.session() as s:
+        return [_record(r) for r in s.scalars(query) if r.project_id in visible]
+
+
+def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: str | None) -> ChangeRequest:
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, cr_id)
+        if row is None:
+            raise NotFound(f"unknown change request {cr_id!r}", kind="change request", ident=cr_id)
+        current = CRState(row.state)
+        if to not in _TRANSITIONS.get(current, set()):
+            raise ConflictError(f"change request {cr_id} is {current.value}; it cannot become {to.value}")
+        row.state = to.value
+        row.closed_at = row.updated_at = utcnow()
+        row.closed_by = actor.username
+        row.close_reason = reason
+        if reason:
+            s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason))
+        audit.record(
+            s,
+            ChangeRequestClosed(
+                actor=actor.username,
+                project_id=row.project_id,
+                dataset_id=row.dataset_id,
+                cr_id=cr_id,
+                state=to.value,
+                reason=reason,
+            ),
+        )
+        record = _record(row)
+    layout = layout_for(record.project_id, record.dataset_id)
+    shutil.rmtree(layout.staging(cr_id), ignore_errors=True)
+    return record
+
+
+def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
+    """The author takes back an open request; its staging table is deleted, ``main`` untouched."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.author != actor.username:
+        raise PermissionDenied(f"only the author {record.author!r} can withdraw {cr_id}", user=actor.username)
+    return _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=None)
+
+
+def reject_change_request(catalog: Catalog, cr_id: str, *, actor: User, reason: str) -> ChangeRequest:
+    """An approver rejects an open request; its staging table is deleted, ``main`` untouched."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    require_role(catalog, actor, record.project_id, Role.APPROVER, action="reject a change request")
+    if not reason or not reason.strip():
+        raise InvalidInput("a reason is required to reject a change request", field="reason")
+    return _close(catalog, cr_id, CRState.REJECTED, actor=actor, reason=reason.strip())
+
+
+def add_comment(catalog: Catalog, cr_id: str, body: str, *, actor: User) -> Comment:
+    """Comment on a change request (any member of its project)."""
+    get_change_request(catalog, cr_id, actor=actor)
+    if not body.strip():
+        raise InvalidInput("a comment cannot be empty", field="comment")
+    with catalog.session() as s:
+        row = CommentRow(cr_id=cr_id, author=actor.username, body=body.strip())
+        s.add(row)
+        s.flush()
+        return Comment(row.author, row.ts, row.body)
+
+
+def comments(catalog: Catalog, cr_id: str, *, actor: User) -> list[Comment]:
+    get_change_request(catalog, cr_id, actor=actor)
+    with catalog.session() as s:
+        rows = s.scalars(select(CommentRow).where(CommentRow.cr_id == cr_id).order_by(CommentRow.id))
+        return [Comment(r.author, r.ts, r.body) for r in rows]

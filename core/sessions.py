@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from core import reads
+from core import audit, reads
 from core.auth import Role, User, require_role
 from core.catalog import Catalog
 from core.config import get_settings
@@ -173,6 +173,17 @@ def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: U
     )
     layout.session_dir(info.session_id).mkdir(parents=True)
     _write_metadata(layout, info)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            SessionStarted(
+                actor=actor.username,
+                project_id=project_id,
+                dataset_id=dataset_id,
+                session_id=info.session_id,
+                base_version=info.base_version,
+            ),
+        )
     return info
 
 
@@ -190,6 +201,21 @@ def get_session(catalog: Catalog, session_id: str, *, actor: User) -> SessionInf
     return info
 
 
+@dataclass(frozen=True, kw_only=True)
+class SessionStarted(audit.AuditEvent):
+    name = "session_started"
+    session_id: str
+    base_version: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionDiscarded(audit.AuditEvent):
+    name = "session_discarded"
+    session_id: str
+    owner: str
+    reason: str
+
+
 def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: str = "discarded") -> None:
     """Delete a session's folder (owner, or an admin of the project)."""
     import shutil
@@ -198,6 +224,18 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
     if info.owner != actor.username:
         require_role(catalog, actor, info.project_id, Role.ADMIN, action="discard another user's session")
     shutil.rmtree(layout.session_dir(session_id), ignore_errors=True)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            SessionDiscarded(
+                actor=actor.username,
+                project_id=info.project_id,
+                dataset_id=info.dataset_id,
+                session_id=session_id,
+                owner=info.owner,
+                reason=reason,
+            ),
+        )
 
 
 # ---------------------------------------------------------------- events

@@ -274,3 +274,13 @@ def test_cli_rows_with_session_overlay(ctx: Ctx, capsys: pytest.CaptureFixture[s
     assert main([*args, "--filter", "row_id=4"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["total"] == 1 and doc["rows"][0]["name"] == "Dora" and doc["rows"][0]["_change"] == "update"
+
+
+def test_session_start_and_discard_are_audited(ctx: Ctx) -> None:
+    from core.audit import list_events
+
+    sessions.discard_session(ctx.catalog, ctx.session.session_id, actor=ctx.ed, reason="changed my mind")
+    events = [(e.name, e.details.get("session_id"), e.details.get("reason")) for e in list_events(ctx.catalog)]
+    assert ("session_discarded", ctx.session.session_id, "changed my mind") in events
+    assert ("session_started", ctx.session.session_id, None) in events
+    assert not layout_for("demo", "people").session_dir(ctx.session.session_id).exists()

@@ -302,9 +302,14 @@ def read_events(layout: DatasetLayout, session_id: str) -> pa.Table:
 
 def effective_edits(layout: DatasetLayout, session_id: str) -> list[CellEdit]:
     """The session's net changes: newest event per cell, no-ops dropped."""
+    return _fold(read_events(layout, session_id).to_pylist())
+
+
+def _fold(events: list[dict[str, Any]]) -> list[CellEdit]:
+    """Net changes of ``events`` (oldest first): the newest event per cell wins."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     ever_inserted: set[str] = set()
-    for event in read_events(layout, session_id).to_pylist():
+    for event in events:
         latest[(event["row_id"], event["column"])] = event
         if event["column"] == ROW_MARKER and event["new_value"] == INSERT:
             ever_inserted.add(event["row_id"])
@@ -419,7 +424,8 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
     schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), info.base_version)}
-    current = {(e.row_id, e.column): e for e in effective_edits(layout, session_id)}
+    stored = read_events(layout, session_id).to_pylist()
+    current = {(e.row_id, e.column): e for e in _fold(stored)}
     inserted = {e.row_id for e in current.values() if e.change == "insert"}
     deleted = {e.row_id for e in current.values() if e.change == "delete" and e.column is None}
     wanted = [op.row_id for op in ops if isinstance(op, SetCell | DeleteRow | UndoCell)]
@@ -451,7 +457,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
                 original = None if op.row_id in inserted else _require_row(base, op.row_id, dataset)[op.column]
                 events.append(_event(info, actor, op.row_id, op.column, original, original))
     _append(layout, info, events)
-    return len(effective_edits(layout, session_id))
+    return len(_fold(stored + events))
 
 
 def _require_column(schema: dict[str, str], column: str) -> str:

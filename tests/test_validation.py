@@ -1,0 +1,98 @@
+"""Great Expectations validation: suites in GX JSON, severities, and the audit files of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from core import validation
+from core.errors import InvalidInput
+from core.layout import dataset_layout
+
+
+@pytest.fixture
+def layout(data_root: Path):  # type: ignore[no-untyped-def]
+    lay = dataset_layout(data_root, "demo", "people")
+    lay.create()
+    return lay
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame({"row_id": ["1", "2", "3"], "name": ["a", "b", "c"], "age": [30, 41, 200]})
+
+
+def test_default_suite_passes_clean_data_and_blocks_duplicate_ids(layout) -> None:  # type: ignore[no-untyped-def]
+    suite = validation.default_suite("people", [("row_id", "VARCHAR"), ("name", "VARCHAR"), ("age", "BIGINT")])
+    ok = validation.validate_frame(_frame(), suite, layout)
+    assert (ok.status, ok.failures) == ("passed", [])
+    bad = _frame().assign(row_id=["1", "1", None])
+    run = validation.validate_frame(bad, suite, layout)
+    assert run.status == "failed" and run.blocking
+    assert {(f.expectation, f.column, f.severity) for f in run.failures} == {
+        ("expect_column_values_to_be_unique", "row_id", "critical"),
+        ("expect_column_values_to_not_be_null", "row_id", "critical"),
+    }
+    folder = layout.validation_run(run.run_id)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rows"] == 3
+    assert json.loads((folder / "full.json").read_text())["success"] is False
+
+
+@pytest.mark.parametrize(
+    ("severity", "status"),
+    [("critical", "failed"), ("warning", "warning"), ("info", "passed")],
+)
+def test_severity_decides_the_status(layout, severity: str, status: str) -> None:  # type: ignore[no-untyped-def]
+    suite = validation.parse_suite(
+        {
+            "name": "ages",
+            "expectations": [
+                {
+                    "type": "expect_column_values_to_be_between",
+                    "kwargs": {"column": "age", "min_value": 0, "max_value": 120},
+                    "severity": severity,
+                }
+            ],
+        }
+    )
+    run = validation.validate_frame(_frame(), suite, layout)
+    assert run.status == status
+    assert [(f.column, f.severity, f.unexpected_count) for f in run.failures] == [("age", severity, 1)]
+
+
+def test_suite_round_trips_in_gx_json(layout) -> None:  # type: ignore[no-untyped-def]
+    document = {
+        "name": "s",
+        "expectations": [
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}, "severity": "warning"}
+        ],
+    }
+    saved = validation.save_suite(layout, document)
+    loaded = validation.load_suite(layout)
+    assert loaded == json.loads(json.dumps(saved, default=str))
+    assert loaded["expectations"][0]["severity"] == "warning" and loaded["expectations"][0]["meta"] == {}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ([], "must be a JSON object"),
+        ({"name": "x"}, "must be a JSON object"),
+        ({"name": "x", "expectations": [{"kwargs": {}}]}, "needs a 'type'"),
+        (
+            {
+                "name": "x",
+                "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "a"}, "severity": "fatal"}],
+            },
+            "severity 'fatal'",
+        ),
+        ({"name": "x", "expectations": [{"type": "expect_nothing_like_this", "kwargs": {}}]}, "not a valid GX suite"),
+    ],
+)
+def test_bad_suites_are_refused_and_nothing_is_saved(layout, document: object, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidInput, match=message):
+        validation.save_suite(layout, document)
+    assert not validation.suite_path(layout).exists()

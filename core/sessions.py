@@ -224,6 +224,7 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
     if info.owner != actor.username:
         require_role(catalog, actor, info.project_id, Role.ADMIN, action="discard another user's session")
     shutil.rmtree(layout.session_dir(session_id), ignore_errors=True)
+    _events_cache.pop(session_id, None)
     with catalog.session() as s:
         audit.record(
             s,
@@ -241,7 +242,7 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
 # ---------------------------------------------------------------- events
 
 
-def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]]) -> None:
+def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]]) -> SessionInfo:
     from deltalake import write_deltalake
 
     path = layout.live_edit(info.session_id)
@@ -260,6 +261,7 @@ def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any
     )
     updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
     _write_metadata(layout, updated)
+    return updated
 
 
 def _session_bytes(layout: DatasetLayout, session_id: str) -> int:
@@ -287,6 +289,20 @@ def _event(
         "ts": _now(),
         "validation": json.dumps(validation or {}),
     }
+
+
+# session_id -> (last_activity, events): every save rewrites last_activity, so a cached
+# fold is reused only while nobody (in any process) has saved since it was read.
+_events_cache: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+
+
+def _stored_events(layout: DatasetLayout, info: SessionInfo) -> list[dict[str, Any]]:
+    cached = _events_cache.get(info.session_id)
+    if cached is not None and cached[0] == info.last_activity:
+        return list(cached[1])
+    events = read_events(layout, info.session_id).to_pylist()
+    _events_cache[info.session_id] = (info.last_activity, events)
+    return list(events)
 
 
 def read_events(layout: DatasetLayout, session_id: str) -> pa.Table:
@@ -424,7 +440,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
     schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), info.base_version)}
-    stored = read_events(layout, session_id).to_pylist()
+    stored = _stored_events(layout, info)
     current = {(e.row_id, e.column): e for e in _fold(stored)}
     inserted = {e.row_id for e in current.values() if e.change == "insert"}
     deleted = {e.row_id for e in current.values() if e.change == "delete" and e.column is None}
@@ -456,7 +472,8 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
                 _require_column(schema, op.column)
                 original = None if op.row_id in inserted else _require_row(base, op.row_id, dataset)[op.column]
                 events.append(_event(info, actor, op.row_id, op.column, original, original))
-    _append(layout, info, events)
+    updated = _append(layout, info, events)
+    _events_cache[session_id] = (updated.last_activity, stored + events)
     return len(_fold(stored + events))
 
 

@@ -265,6 +265,15 @@ def dataset_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> No
     emit(doc, human)
 
 
+def _session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
+    """Refuse a session that belongs to another dataset than the one named."""
+    info = sessions.get_session(catalog, session_id, actor=actor)
+    if (info.project_id, info.dataset_id) != (project_id, dataset_id):
+        raise InvalidInput(
+            f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}"
+        )
+
+
 def _parse_filters(specs: list[str], op: str) -> list[RowFilter]:
     filters = []
     for spec in specs:
@@ -306,9 +315,7 @@ def dataset_rows(
         if version is not None:
             raise typer.BadParameter("--session shows pending edits over the latest version; drop --version")
         actor = _actor(catalog, as_user)
-        info = sessions.get_session(catalog, session_id, actor=actor)
-        if (info.project_id, info.dataset_id) != (project_id, dataset_id):
-            raise InvalidInput(f"session {session_id} belongs to {info.project_id}/{info.dataset_id}")
+        _session_on(catalog, session_id, project_id, dataset_id, actor)
         page = sessions.overlay_page(
             catalog,
             session_id,
@@ -395,11 +402,7 @@ def edit(
     if session_id is None:
         session_id = sessions.open_session(catalog, project_id, dataset_id, actor=actor).session_id
     else:
-        info = sessions.get_session(catalog, session_id, actor=actor)
-        if (info.project_id, info.dataset_id) != (project_id, dataset_id):
-            raise InvalidInput(
-                f"session {session_id} edits {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}"
-            )
+        _session_on(catalog, session_id, project_id, dataset_id, actor)
     count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
     emit({"session_id": session_id, "edits": count}, f"session {session_id}: {count} pending edit(s)")
 

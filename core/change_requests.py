@@ -129,12 +129,9 @@ def _write_staging(
     ops = sorted({(e.row_id, e.change) for e in edits if e.column is None or e.change == "update"})
     cells = [(e.row_id, e.column, e.new_value) for e in edits if e.column is not None]
     view = f"oreo_stage_{commit.commit_id.replace('-', '')}"
-    spark.createDataFrame(ops or [("", "update")], "row_id string, op string").where(
-        "row_id != ''" if not ops else "true"
-    ).createOrReplaceTempView(f"{view}_ops")
-    spark.createDataFrame(cells or [("", "", None)], "row_id string, col string, val string").where(
-        "row_id != ''" if not cells else "true"
-    ).createOrReplaceTempView(f"{view}_cells")
+    # An explicit schema lets an empty list (a request of only deletes has no cells) work.
+    spark.createDataFrame(ops, "row_id string, op string").createOrReplaceTempView(f"{view}_ops")
+    spark.createDataFrame(cells, "row_id string, col string, val string").createOrReplaceTempView(f"{view}_cells")
     base.createOrReplaceTempView(f"{view}_base")
     pivot = ", ".join(
         f"max(CASE WHEN col = {_sql_string(name)} THEN val END) AS `v_{i}`, "

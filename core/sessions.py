@@ -29,6 +29,7 @@ Only changed cells are ever stored, never full rows.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import uuid
@@ -218,8 +219,6 @@ class SessionDiscarded(audit.AuditEvent):
 
 def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: str = "discarded") -> None:
     """Delete a session's folder (owner, or an admin of the project)."""
-    import shutil
-
     info, layout = find_session(catalog, session_id)
     if info.owner != actor.username:
         require_role(catalog, actor, info.project_id, Role.ADMIN, action="discard another user's session")

@@ -130,3 +130,10 @@ def test_withdraw_and_reject_delete_staging_and_close_for_good(catalog: Catalog)
 def test_unknown_change_request(catalog: Catalog) -> None:
     with pytest.raises(NotFound, match="unknown change request"):
         crs.get_change_request(catalog, "cr_nope", actor=get_user(catalog, "ed"))
+
+
+def test_a_request_of_only_deletes_stages_the_rows(catalog: Catalog) -> None:
+    cr = _submit(catalog, [DeleteRow("7"), DeleteRow("8")])
+    staged = reads.read_page(layout_for("demo", "people").staging(cr.id), order_by="row_id", limit=10).rows
+    assert list(staged["row_id"]) == ["7", "8"] and set(staged["_op"]) == {"delete"}
+    assert (cr.rows, cr.cells) == (2, 0)

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from core import auth, datasets, projects, sessions
+from core import auth, change_requests, datasets, projects, sessions
 from core.catalog import Catalog, open_catalog
 from core.errors import InvalidInput, OreoError
 from core.reads import RowFilter
@@ -33,6 +33,10 @@ app.add_typer(member_app, name="member")
 app.add_typer(dataset_app, name="dataset")
 session_app = typer.Typer(no_args_is_help=True, help="Live-edit sessions.")
 app.add_typer(session_app, name="session")
+cr_app = typer.Typer(no_args_is_help=True, help="Change requests: submit, review, approve, reject, withdraw.")
+app.add_typer(cr_app, name="cr")
+rules_app = typer.Typer(no_args_is_help=True, help="Validation rules (a GX ExpectationSuite per dataset).")
+app.add_typer(rules_app, name="rules")
 
 
 @dataclass
@@ -437,6 +441,207 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
         f"  {e.change:<7} {e.row_id:<38} {e.column or '(row)':<20} {e.old_value!s} -> {e.new_value!s}" for e in edits
     ]
     emit(doc, "\n".join(lines))
+
+
+# ---------------------------------------------------------------- change requests
+
+
+def _cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
+    return {
+        "cr_id": cr.id,
+        "state": cr.state.value,
+        "project": cr.project_id,
+        "dataset": cr.dataset_id,
+        "author": cr.author,
+        "title": cr.title,
+        "base_version": cr.base_version,
+        "rows": cr.rows,
+        "cells": cr.cells,
+        "validation_status": cr.validation_status,
+        "created_at": cr.created_at,
+        "closed_at": cr.closed_at,
+        "closed_by": cr.closed_by,
+        "merged_version": cr.merged_version,
+    }
+
+
+def _validation_doc(run: Any) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "failures": [
+            {"expectation": f.expectation, "severity": f.severity, "column": f.column, "unexpected": f.unexpected_count}
+            for f in run.failures
+        ],
+    }
+
+
+@cr_app.command("submit")
+def cr_submit(
+    project_id: str,
+    dataset_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The submitting user (the session's owner).")],
+    session_id: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: the user's open one).")
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="Title of the change request.")] = None,
+    description: Annotated[str, typer.Option(help="Longer description.")] = "",
+) -> None:
+    """Submit a session's edits as a change request (staged, then validated by GX)."""
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    if session_id is None:
+        found = sessions.current_session(catalog, project_id, dataset_id, actor=actor)
+        if found is None:
+            raise InvalidInput(
+                f"{as_user} has no open session on {project_id}/{dataset_id}; make edits with `oreo edit` first",
+                field="session",
+            )
+        session_id = found.session_id
+    else:
+        _session_on(catalog, session_id, project_id, dataset_id, actor)
+    cr = change_requests.submit_change_request(catalog, session_id, actor=actor, title=title, description=description)
+    run = change_requests.validation_for(catalog, cr.id, actor=actor)
+    doc = {"cr_id": cr.id, "state": cr.state.value, "validation": _validation_doc(run)}
+    emit(
+        doc,
+        f"change request {cr.id} submitted ({cr.cells} cell(s), {cr.rows} row(s)); validation {cr.validation_status}",
+    )
+
+
+@cr_app.command("list")
+def cr_list(
+    project_id: Annotated[str | None, typer.Argument()] = None,
+    dataset_id: Annotated[str | None, typer.Argument()] = None,
+    state_filter: Annotated[
+        change_requests.CRState | None, typer.Option("--state", help="Only requests in this state.")
+    ] = None,
+    as_user: AsUser = None,
+) -> None:
+    """List change requests, newest first."""
+    if (project_id is None) != (dataset_id is None):
+        raise typer.BadParameter("give both PROJECT_ID and DATASET_ID, or neither", param_hint="arguments")
+    catalog = _catalog()
+    found = change_requests.list_change_requests(
+        catalog, actor=_actor(catalog, as_user), project_id=project_id, dataset_id=dataset_id, state=state_filter
+    )
+    lines = [
+        f"{c.id}  {c.state.value:<9} {c.project_id}/{c.dataset_id}  {c.author:<12} {c.cells:>6} cell(s)  {c.title}"
+        for c in found
+    ] or ["no change requests"]
+    emit({"change_requests": [_cr_doc(c) for c in found]}, "\n".join(lines))
+
+
+@cr_app.command("show")
+def cr_show(
+    cr_id: str,
+    limit: Annotated[int | None, typer.Option(help="At most this many changes (default: all).")] = None,
+    offset: Annotated[int, typer.Option(help="Skip this many changes.")] = 0,
+    as_user: AsUser = None,
+) -> None:
+    """Show a change request: its cell-level changes, validation and conflicts."""
+    from core import merge
+
+    catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    cr = change_requests.get_change_request(catalog, cr_id, actor=actor)
+    changes: list[Any] = []
+    if limit is not None:
+        page = change_requests.diff_change_request(catalog, cr_id, actor=actor, limit=limit, offset=offset)
+        changes, total = page.changes, page.total
+    else:
+        while True:
+            page = change_requests.diff_change_request(
+                catalog, cr_id, actor=actor, limit=10_000, offset=offset + len(changes)
+            )
+            changes += page.changes
+            total = page.total
+            if not page.changes or offset + len(changes) >= total:
+                break
+    conflicts = merge.find_conflicts(catalog, cr_id, actor=actor)
+    run = change_requests.validation_for(catalog, cr_id, actor=actor)
+    doc = {
+        **_cr_doc(cr),
+        "changes": [c.to_json() for c in changes],
+        "total": total,
+        "validation": _validation_doc(run),
+        "conflicts": [c.to_json() for c in conflicts],
+    }
+    lines = [
+        f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
+        f"(base v{cr.base_version}); validation {cr.validation_status}; {len(conflicts)} conflict(s)"
+    ]
+    lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
+    emit(doc, "\n".join(lines))
+
+
+@cr_app.command("approve")
+def cr_approve(
+    cr_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The approving user (not the author).")],
+    comment: Annotated[str | None, typer.Option(help="Closing comment.")] = None,
+) -> None:
+    """Merge a change request into main (one Spark Delta MERGE)."""
+    from core import merge
+
+    catalog = _catalog()
+    cr = merge.approve_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), comment=comment)
+    emit(
+        {"cr_id": cr.id, "state": cr.state.value, "version": cr.merged_version},
+        f"change request {cr.id} merged as version {cr.merged_version}",
+    )
+
+
+@cr_app.command("reject")
+def cr_reject(
+    cr_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The rejecting approver.")],
+    reason: Annotated[str, typer.Option(help="Why (shown to the author).")],
+) -> None:
+    """Reject a change request; main is untouched."""
+    catalog = _catalog()
+    cr = change_requests.reject_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), reason=reason)
+    emit({"cr_id": cr.id, "state": cr.state.value}, f"change request {cr.id} rejected")
+
+
+@cr_app.command("withdraw")
+def cr_withdraw(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
+    """Withdraw your own open change request; main is untouched."""
+    catalog = _catalog()
+    cr = change_requests.withdraw_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user))
+    emit({"cr_id": cr.id, "state": cr.state.value}, f"change request {cr.id} withdrawn")
+
+
+# ---------------------------------------------------------------- rules
+
+
+@rules_app.command("show")
+def rules_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
+    """Print the dataset's ExpectationSuite (GX JSON)."""
+    catalog = _catalog()
+    suite = datasets.dataset_rules(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
+    emit(suite, json.dumps(suite, indent=2, default=_jsonable))
+
+
+@rules_app.command("set")
+def rules_set(
+    project_id: str,
+    dataset_id: str,
+    file: Annotated[Path, typer.Option("--file", help="Suite JSON in GX's serialized form.")],
+    as_user: AsUser = None,
+) -> None:
+    """Replace the dataset's ExpectationSuite with the one in FILE."""
+    if not file.is_file():
+        raise InvalidInput(f"no such file: {file}", field="file")
+    try:
+        document = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"{file} is not valid JSON: {exc}", field="file") from exc
+    catalog = _catalog()
+    suite = datasets.set_dataset_rules(catalog, project_id, dataset_id, document, actor=_actor(catalog, as_user))
+    emit(suite, f"rules of {project_id}/{dataset_id}: {len(suite.get('expectations', []))} expectation(s)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,6 +135,7 @@ class ChangeRequestRow(Base):
     close_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     merged_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     validation_run_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    validation_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
 
 
 class CommentRow(Base):

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from core import audit, engine
+from core import audit, diff, engine, reads, validation
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
-from core.datasets import get_dataset, layout_for
+from core.datasets import DatasetInfo, get_dataset, layout_for
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
-from core.layout import new_id, validate_id
+from core.layout import DatasetLayout, new_id, validate_id
 from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
 
 OP_COLUMN = "_op"
@@ -68,6 +68,8 @@ class ChangeRequest:
     closed_by: str | None
     close_reason: str | None
     merged_version: int | None
+    validation_run_id: str | None = None
+    validation_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,7 @@ class ChangeRequestClosed(audit.AuditEvent):
     reason: str | None = None
 
 
-def _record(row: ChangeRequestRow) -> ChangeRequest:
+def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
     return ChangeRequest(
         id=row.id,
         project_id=row.project_id,
@@ -112,6 +114,8 @@ def _record(row: ChangeRequestRow) -> ChangeRequest:
         closed_by=row.closed_by,
         close_reason=row.close_reason,
         merged_version=row.merged_version,
+        validation_run_id=row.validation_run_id,
+        validation_status=row.validation_status,
     )
 
 
@@ -202,6 +206,7 @@ def submit_change_request(
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
     try:
+        run = validate_change_request(layout, dataset, staging)
         with catalog.session() as s:
             row = ChangeRequestRow(
                 id=cr_id,
@@ -215,6 +220,8 @@ def submit_change_request(
                 session_id=session_id,
                 rows=rows,
                 cells=cells,
+                validation_run_id=run.run_id,
+                validation_status=run.status,
             )
             s.add(row)
             s.flush()
@@ -229,12 +236,63 @@ def submit_change_request(
                     cells=cells,
                 ),
             )
-            record = _record(row)
+            record = record_from_row(row)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     mark_submitted(layout, session_id, cr_id)
     return record
+
+
+def validate_change_request(
+    layout: DatasetLayout, dataset: DatasetInfo, staging: Path, version: int | None = None
+) -> validation.ValidationRun:
+    """Run the dataset's GX suite on a staged change as merged into ``main`` at ``version``."""
+    main = Path(dataset.path)
+    version = int(dataset.version or 0) if version is None else version
+    columns = [(c.name, c.type) for c in reads.table_schema(main, version)]
+    suite = validation.suite_for(layout, dataset.dataset_id, columns)
+    frame = validation.change_frame(main, version, staging, suite)
+    return validation.validate_frame(frame, suite, layout)
+
+
+def validation_for(catalog: Catalog, cr_id: str, *, actor: User) -> validation.ValidationRun | None:
+    """The latest validation run of a change request (None if it has none)."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.validation_run_id is None:
+        return None
+    return validation.load_run(layout_for(record.project_id, record.dataset_id), record.validation_run_id)
+
+
+def diff_change_request(
+    catalog: Catalog, cr_id: str, *, actor: User, limit: int = 100, offset: int = 0
+) -> diff.DiffPage:
+    """One page of a change request's cell-level diff (see ``core.diff``).
+
+    An open request is compared with ``main`` at its base version; a merged one is the
+    diff of the commit that merged it. A rejected or withdrawn request has no diff.
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    main = str(layout.main)
+    if record.state == CRState.MERGED and record.merged_version is not None:
+        version = record.merged_version
+        columns = [c.name for c in reads.table_schema(layout.main, version)]
+        before = diff.Relation("SELECT * FROM delta_scan(?, version => ?)", [main, version - 1])
+        after = diff.Relation("SELECT * FROM delta_scan(?, version => ?)", [main, version])
+        return diff.diff(before, after, columns, limit=limit, offset=offset)
+    staging = layout.staging(cr_id)
+    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+        return diff.DiffPage(changes=[], total=0)
+    columns = [c.name for c in reads.table_schema(layout.main, record.base_version)]
+    q = ", ".join(reads.quote_ident(c) for c in columns)
+    before = diff.Relation(
+        f"SELECT {q} FROM delta_scan(?, version => ?) "
+        "WHERE row_id IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert')",
+        [main, record.base_version, str(staging)],
+    )
+    after = diff.Relation(f"SELECT {q} FROM delta_scan(?) WHERE _op <> 'delete'", [str(staging)])
+    return diff.diff(before, after, columns, limit=limit, offset=offset)
 
 
 def get_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
@@ -244,7 +302,7 @@ def get_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRe
         row = s.get(ChangeRequestRow, cr_id)
         if row is None:
             raise NotFound(f"unknown change request {cr_id!r}", kind="change request", ident=cr_id)
-        record = _record(row)
+        record = record_from_row(row)
     require_role(catalog, actor, record.project_id, Role.EDITOR, action="view this change request")
     return record
 
@@ -269,7 +327,7 @@ def list_change_requests(
     if state is not None:
         query = query.where(ChangeRequestRow.state == state.value)
     with catalog.session() as s:
-        return [_record(r) for r in s.scalars(query) if r.project_id in visible]
+        return [record_from_row(r) for r in s.scalars(query) if r.project_id in visible]
 
 
 def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: str | None) -> ChangeRequest:
@@ -297,10 +355,17 @@ def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: st
                 reason=reason,
             ),
         )
-        record = _record(row)
-    layout = layout_for(record.project_id, record.dataset_id)
-    shutil.rmtree(layout.staging(cr_id), ignore_errors=True)
+        record = record_from_row(row)
+    remove_leftovers(record)
     return record
+
+
+def remove_leftovers(record: ChangeRequest) -> None:
+    """Delete a closed request's staging table and session (seed 002 section 8.C)."""
+    layout = layout_for(record.project_id, record.dataset_id)
+    shutil.rmtree(layout.staging(record.id), ignore_errors=True)
+    if record.session_id:
+        shutil.rmtree(layout.session_dir(record.session_id), ignore_errors=True)
 
 
 def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:

@@ -15,13 +15,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import select
 
-from core import audit, engine, reads
+from core import audit, engine, reads, validation
 from core.auth import SYSTEM, Role, User, memberships, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow, utcnow
 from core.config import get_settings
@@ -176,6 +177,8 @@ def create_dataset(
         pq.write_table(table, converted)
         _write_main(layout, converted, commit)
         info = sync_dataset(catalog, project_id, dataset_id, commit, key_column=key, created_by=actor.username)
+        columns = [(c.name, c.type) for c in reads.table_schema(layout.main, info.version)]
+        validation.write_default_suite(layout, dataset_id, columns)
         with catalog.session() as s:
             audit.record(
                 s,
@@ -230,14 +233,17 @@ def sync_dataset(
     *,
     key_column: str | None = None,
     created_by: str | None = None,
+    version: int | None = None,
 ) -> DatasetInfo:
     """Record the state after an Oreo commit (seed 002 section 8.D).
 
-    Stores the version that ``commit`` created, its id and time, and the row count
-    counted by DuckDB. Creates the catalog row when ``created_by`` is given.
+    Stores the version that ``commit`` created (found in the history unless the caller
+    knows it), its id and time, and the row count counted by DuckDB. Creates the
+    catalog row when ``created_by`` is given.
     """
     layout = layout_for(project_id, dataset_id)
-    version = engine.version_of_commit(layout.main, commit.commit_id)
+    if version is None:
+        version = engine.version_of_commit(layout.main, commit.commit_id)
     rows = reads.count_rows(layout.main, version)
     with catalog.session() as s:
         row = s.get(DatasetRow, (project_id, dataset_id))
@@ -246,10 +252,12 @@ def sync_dataset(
                 raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset")
             row = DatasetRow(project_id=project_id, dataset_id=dataset_id, key_column=key_column, created_by=created_by)
             s.add(row)
-        row.delta_version = version
-        row.last_commit_id = commit.commit_id
-        row.last_commit_at = utcnow()
-        row.row_count = rows
+        # Commits from concurrent processes may be synced out of order; never go back.
+        if row.delta_version is None or version >= row.delta_version:
+            row.delta_version = version
+            row.last_commit_id = commit.commit_id
+            row.last_commit_at = utcnow()
+            row.row_count = rows
         s.flush()
         return _info(row)
 
@@ -325,3 +333,54 @@ def dataset_rows(
         offset=offset,
         known_total=info.rows if snapshot == info.version else None,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RulesChanged(audit.AuditEvent):
+    name = "rules_changed"
+    expectations: int
+
+
+def dataset_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
+    """The dataset's GX ExpectationSuite, in GX's JSON form (the default one if never set)."""
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    columns = [(c.name, c.type) for c in dataset_columns(info)]
+    return validation.suite_for(layout_for(project_id, dataset_id), dataset_id, columns)
+
+
+def set_dataset_rules(
+    catalog: Catalog, project_id: str, dataset_id: str, document: Any, *, actor: User
+) -> dict[str, Any]:
+    """Replace the dataset's suite (admins); the document is checked by GX first.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        InvalidInput: Not a valid GX suite, a bad severity, or a column the table lacks.
+    """
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
+    columns = {c.name for c in dataset_columns(info)}
+    if isinstance(document, dict):
+        for i, item in enumerate(document.get("expectations") or []):
+            kwargs = item.get("kwargs") if isinstance(item, dict) else None
+            named = [kwargs["column"]] if isinstance(kwargs, dict) and isinstance(kwargs.get("column"), str) else []
+            named += list(kwargs.get("column_list") or []) if isinstance(kwargs, dict) else []
+            missing = [c for c in named if c not in columns]
+            if missing:
+                raise InvalidInput(
+                    f"expectation #{i + 1} names unknown column {missing[0]!r}; "
+                    f"columns are: {', '.join(sorted(columns))}",
+                    field="suite",
+                )
+    suite = validation.save_suite(layout_for(project_id, dataset_id), document)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            RulesChanged(
+                actor=actor.username,
+                project_id=project_id,
+                dataset_id=dataset_id,
+                expectations=len(suite.get("expectations", [])),
+            ),
+        )
+    return suite

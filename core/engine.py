@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+# Delta's idempotent-write confs: a commit carrying an (appId, version) the table has
+# already seen is skipped, so a retried MERGE can never apply twice.
+TXN_APP_ID_CONF = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 
 # Table properties every main table gets. Change Data Feed feeds conflict detection and
 # version diffs. Deletion vectors make MERGE/DELETE cheap and DuckDB's delta_scan reads
@@ -169,6 +173,76 @@ def commit_metadata(commit: CommitInfo) -> Iterator[None]:
             yield
         finally:
             spark.conf.unset(USER_METADATA_CONF)
+
+
+def is_connect(spark: SparkSession) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+@contextmanager
+def dml_session(commit: CommitInfo, *, txn: tuple[str, int] | None = None) -> Iterator[SparkSession]:
+    """A Spark session whose next commit carries ``commit``'s userMetadata and ``txn``.
+
+    Classic Spark gets a child session (``newSession``: its own SQL conf, shared
+    SparkContext), so concurrent approvals in one process do not wait for each other.
+    Spark Connect has no child sessions; there the shared session's conf is set under
+    the commit lock, as in ``commit_metadata``.
+    """
+    confs = {USER_METADATA_CONF: commit.user_metadata()}
+    if txn is not None:
+        confs[TXN_APP_ID_CONF] = txn[0]
+        confs[TXN_VERSION_CONF] = str(int(txn[1]))
+    spark = get_spark()
+    if not is_connect(spark):
+        child = spark.newSession()
+        for key, value in confs.items():
+            child.conf.set(key, value)
+        yield child
+        return
+    with _commit_lock:
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            yield spark
+        finally:
+            for key in confs:
+                spark.conf.unset(key)
+
+
+def latest_version(path: Path) -> int:
+    """The newest version of a Delta table, from its log folder (no Spark needed).
+
+    Raises:
+        NotFound: ``path`` holds no Delta table.
+    """
+    from core.errors import NotFound
+
+    log = Path(path) / "_delta_log"
+    versions = [int(f.name[:20]) for f in log.glob("*.json") if f.name[:20].isdigit() and len(f.name) == 25]
+    if not versions:
+        raise NotFound(f"no Delta table at {path}", kind="table", ident=str(path))
+    return max(versions)
+
+
+def find_commit(path: Path, after_version: int, **match: Any) -> tuple[int, dict[str, Any]] | None:
+    """The first version after ``after_version`` whose userMetadata has every ``match`` item.
+
+    Reads the commits' JSON in ``_delta_log`` (read only; never written by hand).
+    """
+    log = Path(path) / "_delta_log"
+    for version in range(int(after_version) + 1, latest_version(path) + 1):
+        file = log / f"{version:020d}.json"
+        if not file.is_file():
+            continue
+        with file.open() as handle:
+            for line in handle:
+                action = json.loads(line)
+                if "commitInfo" not in action:
+                    continue
+                meta = parse_user_metadata(action["commitInfo"].get("userMetadata"))
+                if all(meta.get(k) == v for k, v in match.items()):
+                    return version, meta
+    return None
 
 
 def parse_user_metadata(raw: str | None) -> dict[str, Any]:

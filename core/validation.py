@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core.catalog import utcnow
-from core.errors import InvalidInput
+from core.errors import EngineError, InvalidInput, NotFound
 from core.layout import DatasetLayout, new_id
 
 if TYPE_CHECKING:
@@ -144,6 +144,92 @@ def load_suite(layout: DatasetLayout) -> dict[str, Any]:
     return dict(json.loads(suite_path(layout).read_text()))
 
 
+def write_default_suite(layout: DatasetLayout, name: str, columns: list[tuple[str, str]]) -> dict[str, Any]:
+    """Store the default suite (known valid, so GX need not be imported to check it)."""
+    suite = default_suite(name, columns)
+    path = suite_path(layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(suite, indent=2))
+    return suite
+
+
+def suite_for(layout: DatasetLayout, name: str, columns: list[tuple[str, str]]) -> dict[str, Any]:
+    """The dataset's stored suite; the default one (stored now) when it has none yet."""
+    if suite_path(layout).is_file():
+        return load_suite(layout)
+    return write_default_suite(layout, name, columns)
+
+
+def load_run(layout: DatasetLayout, run_id: str) -> ValidationRun:
+    """A stored run, from its ``summary.json``.
+
+    Raises:
+        NotFound: No such run.
+    """
+    path = layout.validation_run(run_id) / "summary.json"
+    if not path.is_file():
+        raise NotFound(f"unknown validation run {run_id!r}", kind="validation run", ident=run_id)
+    data = json.loads(path.read_text())
+    return ValidationRun(
+        run_id=data["run_id"],
+        status=data["status"],
+        failures=[Failure(**f) for f in data["failures"]],
+        evaluated=int(data.get("evaluated", 0)),
+    )
+
+
+# Expectations whose verdict depends on rows outside the change.
+_UNIQUENESS = {"expect_column_values_to_be_unique": "column", "expect_compound_columns_to_be_unique": "column_list"}
+
+
+def _unique_column_sets(suite: dict[str, Any]) -> list[list[str]]:
+    sets: list[list[str]] = []
+    for item in suite.get("expectations", []):
+        kind = item.get("type") or item.get("expectation_type")
+        arg = _UNIQUENESS.get(kind or "")
+        if arg is None:
+            continue
+        value = (item.get("kwargs") or {}).get(arg)
+        columns = [value] if isinstance(value, str) else list(value or [])
+        if columns and columns not in sets:
+            sets.append(columns)
+    return sets
+
+
+def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any]) -> pd.DataFrame:
+    """What GX must see to judge a staged change against ``main`` as of ``version``.
+
+    That is every staged row as it would be after the merge (deletes left out), plus -
+    so uniqueness is judged on the merged result, not the staged rows alone - every row
+    of ``main`` the change leaves untouched that shares a value with a staged row in a
+    column (or column set) the suite requires to be unique. Computed in DuckDB; only
+    those rows reach pandas.
+    """
+    from core import reads
+
+    q = reads.quote_ident
+    columns = [c.name for c in reads.table_schema(main, version)]
+    staged = f"SELECT {', '.join(q(c) for c in columns)} FROM delta_scan(?) WHERE _op <> 'delete'"
+    params: list[Any] = [str(staging)]
+    sql = staged
+    known = set(columns)
+    sets = [s for s in _unique_column_sets(suite) if set(s) <= known]
+    if sets:
+        matches = " OR ".join(
+            "EXISTS (SELECT 1 FROM s WHERE " + " AND ".join(f"s.{q(c)} = m.{q(c)}" for c in cols) + ")" for cols in sets
+        )
+        sql = (
+            f"WITH s AS ({staged}) SELECT * FROM s UNION ALL "
+            f"SELECT m.* FROM delta_scan(?, version => ?) m "
+            f"WHERE m.row_id NOT IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert') AND ({matches})"
+        )
+        params += [str(main), int(version), str(staging)]
+    try:
+        return reads.cursor().execute(sql, params).to_arrow_table().to_pandas()
+    except Exception as exc:  # duckdb.Error and its subclasses
+        raise EngineError(f"DuckDB could not read the staged change: {str(exc).splitlines()[0]}") from exc
+
+
 def validate_frame(frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout) -> ValidationRun:
     """Run ``suite`` on ``frame`` and store summary.json and full.json under audit/.
 
@@ -154,7 +240,10 @@ def validate_frame(frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLa
     from great_expectations.core import ExpectationSuite
 
     run_id = new_id("run")
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm noise on stderr
     batch = (
         context.data_sources.add_pandas("oreo").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
     )

@@ -1,0 +1,360 @@
+"""Approving a change request: conflicts, re-validation, and one Spark Delta MERGE.
+
+Approval runs, in order:
+
+1. checks: the request is open, the approver is an approver of the project and is not
+   its author (four-eyes, whatever their role);
+2. **conflicts**: cells the request changes that a commit after its ``base_version``
+   changed too, read from ``main``'s change data feed. Any conflict blocks approval;
+3. **validation**: the GX suite against what ``main`` would become (``core.validation``);
+   a critical failure blocks approval;
+4. **one MERGE** of ``staging/<cr_id>`` into ``main`` on ``row_id``, in one commit whose
+   userMetadata carries the ``cr_id``, the approver and the validation run id;
+5. catalog sync, audit event, and removal of the staging table and the session.
+
+Exactly once: the MERGE runs with Delta's idempotent transaction id
+(``txnAppId = oreo-<cr_id>``, ``txnVersion = 1``), so Delta itself skips a second
+attempt; and before merging, the log is searched for a commit of this ``cr_id``, so a
+retry after a crash between the commit and the catalog update only finishes the
+bookkeeping. The staging table is deleted only after the commit.
+
+Concurrency: delta-spark's optimistic-concurrency exceptions are retried with backoff,
+and each retry first looks for conflicts again, so a concurrent commit to the same
+cells ends in a ``ConflictError``, never in a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from core import audit, engine, reads
+from core.auth import Role, User, require_role
+from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
+from core.change_requests import (
+    CHANGED_COLUMN,
+    OP_COLUMN,
+    ChangeRequest,
+    CRState,
+    get_change_request,
+    record_from_row,
+    remove_leftovers,
+    validate_change_request,
+)
+from core.datasets import get_dataset, layout_for, sync_dataset
+from core.errors import ConflictError, EngineError, NotFound, PermissionDenied, ValidationFailed
+
+Progress = Callable[[float, str], None]
+MERGE_ACTION = "merge_change_request"
+MAX_ATTEMPTS = 5
+_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A cell (or whole row, ``column`` None) changed both by the request and by ``version``."""
+
+    row_id: str
+    column: str | None
+    version: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"row_id": self.row_id, "column": self.column, "version": self.version, "reason": self.reason}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeRequestMerged(audit.AuditEvent):
+    name = "cr_merged"
+    cr_id: str
+    version: int
+    commit_id: str
+    validation_run_id: str | None
+
+
+def _concurrency_exceptions() -> tuple[type[BaseException], ...]:
+    """delta-spark's optimistic-concurrency exceptions, each named (they share no base we rely on)."""
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    return (
+        ConcurrentAppendException,
+        ConcurrentDeleteReadException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+
+# ---------------------------------------------------------------- conflicts
+
+
+def _staged_changes(staging: Path) -> dict[str, tuple[str, list[str]]]:
+    """row_id -> (op, changed columns) of a staging table."""
+    rows = (
+        reads.cursor()
+        .execute(f"SELECT row_id, {OP_COLUMN}, {CHANGED_COLUMN} FROM delta_scan(?)", [str(staging)])
+        .fetchall()
+    )
+    return {r[0]: (r[1], list(r[2] or [])) for r in rows}
+
+
+def conflicts_since(main: Path, staging: Path, base_version: int) -> list[Conflict]:
+    """Cells the staged change touches that commits after ``base_version`` changed.
+
+    Reads ``main``'s change data feed from ``base_version + 1`` with Spark, joined with
+    the staged ``row_id``s so only those rows leave Spark:
+
+    * the request updates a cell another commit updated, or a row it deleted or re-added;
+    * the request deletes a row another commit updated or deleted;
+    * the request inserts a ``row_id`` another commit inserted.
+    """
+    latest = engine.latest_version(main)
+    if latest <= base_version:
+        return []
+    staged = _staged_changes(staging)
+    if not staged:
+        return []
+    spark = engine.get_spark()
+    try:
+        feed = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", base_version + 1)
+            .option("endingVersion", latest)
+            .load(str(main))
+        )
+        ids = spark.read.format("delta").load(str(staging)).select("row_id")
+        rows = [r.asDict() for r in feed.join(ids, "row_id", "left_semi").collect()]
+    except Exception as exc:
+        raise EngineError(f"Spark could not read the change data feed of {main}: {str(exc).splitlines()[0]}") from exc
+
+    pre: dict[tuple[str, int], dict[str, Any]] = {}
+    found: dict[tuple[str, str | None], Conflict] = {}
+    for row in sorted(rows, key=lambda r: (r["_commit_version"], r["_change_type"] != "update_preimage")):
+        row_id, version, kind = row["row_id"], int(row["_commit_version"]), row["_change_type"]
+        op, columns = staged[row_id]
+        if kind == "update_preimage":
+            pre[(row_id, version)] = row
+            continue
+        if kind == "update_postimage":
+            before = pre.get((row_id, version), {})
+            touched = [c for c in columns if before.get(c) != row.get(c)]
+            if op == "update":
+                for column in touched:
+                    found.setdefault((row_id, column), Conflict(row_id, column, version, "also changed"))
+            elif op == "delete":
+                found.setdefault((row_id, None), Conflict(row_id, None, version, "row changed since; cannot delete"))
+        elif kind == "delete" and op in ("update", "delete"):
+            found.setdefault((row_id, None), Conflict(row_id, None, version, "row deleted since"))
+        elif kind == "insert":
+            found.setdefault((row_id, None), Conflict(row_id, None, version, "row added since"))
+    return sorted(found.values(), key=lambda c: (c.row_id, c.column or ""))
+
+
+def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflict]:
+    """Conflicts of an open change request with ``main`` as it is now (empty if closed)."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    staging = layout.staging(cr_id)
+    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+        return []
+    return conflicts_since(layout.main, staging, record.base_version)
+
+
+# ---------------------------------------------------------------- merge
+
+
+def _merge_sql(main: Path, staging: Path, columns: list[str]) -> str:
+    q = lambda name: "`" + name.replace("`", "``") + "`"  # noqa: E731
+    lit = lambda name: "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"  # noqa: E731
+    data = [c for c in columns if c != "row_id"]
+    updates = ", ".join(
+        f"t.{q(c)} = CASE WHEN array_contains(s.{CHANGED_COLUMN}, {lit(c)}) THEN s.{q(c)} ELSE t.{q(c)} END"
+        for c in data
+    )
+    names = ", ".join(q(c) for c in columns)
+    values = ", ".join(f"s.{q(c)}" for c in columns)
+    return (
+        f"MERGE INTO {engine.delta_ref(main)} AS t USING {engine.delta_ref(staging)} AS s ON t.row_id = s.row_id "
+        f"WHEN MATCHED AND s.{OP_COLUMN} = 'delete' THEN DELETE "
+        + (f"WHEN MATCHED AND s.{OP_COLUMN} = 'update' THEN UPDATE SET {updates} " if data else "")
+        + f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'insert' THEN INSERT ({names}) VALUES ({values})"
+    )
+
+
+def _merge_once(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
+    columns = [c.name for c in reads.table_schema(main, engine.latest_version(main))]
+    sql = _merge_sql(main, staging, columns)
+    with engine.dml_session(commit, txn=(f"oreo-{record.id}", 1)) as spark:
+        spark.sql(sql).collect()
+
+
+def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
+    retryable = _concurrency_exceptions()
+    for attempt in Retrying(
+        retry=retry_if_exception_type(retryable),
+        stop=stop_after_attempt(MAX_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.2, max=5),
+        reraise=True,
+    ):
+        with attempt:
+            if attempt.retry_state.attempt_number > 1:
+                # Someone committed in between: their change may touch our cells.
+                _raise_on_conflicts(record, main, staging)
+            _merge_once(record, main, staging, commit)
+
+
+def _raise_on_conflicts(record: ChangeRequest, main: Path, staging: Path) -> None:
+    conflicts = conflicts_since(main, staging, record.base_version)
+    if conflicts:
+        shown = ", ".join(f"{c.row_id}.{c.column or '*'} (v{c.version})" for c in conflicts[:_SHOWN])
+        more = f" and {len(conflicts) - _SHOWN} more" if len(conflicts) > _SHOWN else ""
+        raise ConflictError(
+            f"change request {record.id} conflicts with newer commits in {len(conflicts)} cell(s): {shown}{more}; "
+            "reject it and re-submit the edits against the current version"
+        )
+
+
+def approve_change_request(
+    catalog: Catalog,
+    cr_id: str,
+    *,
+    actor: User,
+    comment: str | None = None,
+    progress: Progress | None = None,
+) -> ChangeRequest:
+    """Merge an open change request into ``main`` (see the module docstring).
+
+    Args:
+        catalog: The catalog.
+        cr_id: An open change request.
+        actor: An approver of the project who is not the request's author.
+        comment: Stored as the closing comment.
+        progress: Called with (fraction done, what is happening).
+
+    Returns:
+        The merged request, with ``merged_version``.
+
+    Raises:
+        PermissionDenied: Not an approver, or the author.
+        ConflictError: The request is not open, or conflicts with newer commits.
+        ValidationFailed: A critical expectation fails on the merged result.
+        EngineError: Spark failed; ``main`` is unchanged and staging kept for a retry.
+    """
+    report = progress or (lambda fraction, message: None)
+    record = get_change_request(catalog, cr_id, actor=actor)
+    require_role(catalog, actor, record.project_id, Role.APPROVER, action="approve a change request")
+    if record.author == actor.username:
+        raise PermissionDenied(
+            f"{actor.username!r} wrote change request {cr_id} and cannot approve it; another approver must",
+            user=actor.username,
+        )
+    if record.state != CRState.OPEN:
+        raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be approved")
+    dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    main, staging = layout.main, layout.staging(cr_id)
+
+    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+    if landed is None:
+        if not (staging / "_delta_log").is_dir():
+            raise NotFound(f"the staging table of {cr_id} is missing; reject the request", kind="staging")
+        report(0.05, "Looking for conflicts with newer commits")
+        _raise_on_conflicts(record, main, staging)
+        report(0.25, "Validating the merged result")
+        current = engine.latest_version(main)
+        run = validate_change_request(layout, dataset, staging, version=current)
+        _store_validation(catalog, cr_id, run.run_id, run.status)
+        if run.blocking:
+            failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
+            raise ValidationFailed(
+                f"change request {cr_id} fails critical expectations on the merged result: {failed}",
+                offending=tuple(f.expectation for f in run.failures if f.severity == "critical"),
+            )
+        report(0.5, "Merging into main")
+        commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run.run_id)
+        try:
+            _merge_with_retries(record, main, staging, commit)
+        except (ConflictError, ValidationFailed):
+            raise
+        except _concurrency_exceptions() as exc:
+            raise ConflictError(
+                f"change request {cr_id} kept colliding with concurrent commits ({type(exc).__name__}); try again"
+            ) from exc
+        except Exception as exc:
+            raise EngineError(f"Spark could not merge {cr_id}: {str(exc).splitlines()[0]}") from exc
+        landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+        if landed is None:
+            raise EngineError(f"the merge of {cr_id} left no commit in {main}; staging is kept, try again")
+    version, meta = landed
+    report(0.85, "Updating the catalog")
+    commit = engine.CommitInfo(
+        commit_id=str(meta["commit_id"]), actor=str(meta.get("actor")), action=MERGE_ACTION, extra={"cr_id": cr_id}
+    )
+    sync_dataset(catalog, record.project_id, record.dataset_id, commit, version=version)
+    merged = _mark_merged(catalog, record, actor, version, comment, commit.commit_id, meta.get("validation_run_id"))
+    remove_leftovers(merged)
+    report(1.0, f"Merged as version {version}")
+    return merged
+
+
+def _store_validation(catalog: Catalog, cr_id: str, run_id: str, status: str) -> None:
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, cr_id)
+        if row is not None:
+            row.validation_run_id = run_id
+            row.validation_status = status
+            row.updated_at = utcnow()
+
+
+def _mark_merged(
+    catalog: Catalog,
+    record: ChangeRequest,
+    actor: User,
+    version: int,
+    comment: str | None,
+    commit_id: str,
+    run_id: str | None,
+) -> ChangeRequest:
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, record.id)
+        if row is None:
+            raise NotFound(f"unknown change request {record.id!r}", kind="change request", ident=record.id)
+        if row.state == CRState.MERGED.value:
+            return record_from_row(row)  # a concurrent retry finished first
+        if row.state != CRState.OPEN.value:
+            raise ConflictError(f"change request {record.id} became {row.state} while it was being merged")
+        row.state = CRState.MERGED.value
+        row.merged_version = version
+        row.closed_at = row.updated_at = utcnow()
+        row.closed_by = actor.username
+        row.close_reason = comment.strip() if comment and comment.strip() else None
+        if row.close_reason:
+            s.add(CommentRow(cr_id=record.id, author=actor.username, body=row.close_reason))
+        audit.record(
+            s,
+            ChangeRequestMerged(
+                actor=actor.username,
+                project_id=record.project_id,
+                dataset_id=record.dataset_id,
+                cr_id=record.id,
+                version=version,
+                commit_id=commit_id,
+                validation_run_id=run_id,
+            ),
+        )
+        return record_from_row(row)

@@ -638,3 +638,14 @@ def overlay_page(
     if extra:
         frame = pd.concat([frame, pd.DataFrame(extra, columns=list(frame.columns))], ignore_index=True)
     return reads.Page(rows=frame, total=page.total + len(inserted_rows))
+
+
+def current_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> SessionInfo | None:
+    """The actor's open, unexpired session on a dataset, or None (never creates one)."""
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    layout = layout_for(project_id, dataset_id)
+    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
+        info = SessionInfo(**json.loads(meta.read_text()))
+        if info.owner == actor.username and info.state == "open" and not _expired(info):
+            return info
+    return None

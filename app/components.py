@@ -112,3 +112,50 @@ def dataset_options(user: auth.User) -> list[str]:
 def split_dataset(value: str) -> tuple[str, str]:
     project_id, _, dataset_id = value.partition("/")
     return project_id, dataset_id
+
+
+def flash(message: str, *, kind: str = "success") -> None:
+    """Keep a message for the next run (``st.rerun`` would otherwise drop it)."""
+    st.session_state["oreo_flash"] = (kind, message)
+
+
+def show_flash() -> None:
+    """Show, once, the message kept by ``flash``."""
+    kept = st.session_state.pop("oreo_flash", None)
+    if kept is not None:
+        kind, message = kept
+        {"success": st.success, "warning": st.warning, "error": st.error}.get(kind, st.info)(message)
+
+
+# Dialogs stay open through a session flag, not through the button that opened them:
+# a click inside a dialog reruns without that button being pressed.
+def open_dialog(name: str, value: Any = True) -> None:
+    st.session_state[f"oreo_dialog_{name}"] = value
+
+
+def dialog_value(name: str) -> Any:
+    """What ``open_dialog`` stored for an open dialog, or None while it is closed."""
+    return st.session_state.get(f"oreo_dialog_{name}")
+
+
+def close_dialog(name: str) -> None:
+    st.session_state.pop(f"oreo_dialog_{name}", None)
+
+
+STATUS_BADGES = {
+    "passed": ":green-badge[:material/check_circle: passed]",
+    "warning": ":orange-badge[:material/warning: warning]",
+    "failed": ":red-badge[:material/error: failed]",
+}
+SEVERITY_BADGES = {
+    "critical": ":red-badge[critical]",
+    "warning": ":orange-badge[warning]",
+    "info": ":blue-badge[info]",
+}
+
+
+def status_badge(status: str | None) -> str:
+    """Markdown badge for a validation status ("not validated" when there is none)."""
+    if status is None:
+        return ":gray-badge[not validated]"
+    return STATUS_BADGES.get(status, f":gray-badge[{status}]")

@@ -150,8 +150,14 @@ with oreo_errors():
         "descending": descending,
         "limit": page_size,
     }
-    # Reusing the user's open session is cheap; it is created here when there is none.
-    session = sessions.open_session(catalog(), project_id, dataset_id, actor=user) if can_edit else None
+    # The user's open session overlays the page; a new one is started only by a first edit.
+    session = sessions.current_session(catalog(), project_id, dataset_id, actor=user) if can_edit else None
+
+    def save(ops: list[sessions.EditOp]) -> None:
+        """Save edits to the user's session (starting one if needed), then show the saved state."""
+        target = session or sessions.open_session(catalog(), project_id, dataset_id, actor=user)
+        sessions.apply_edits(catalog(), target.session_id, ops, actor=user)
+        reset_editor()
 
     def read_page(page_no: int) -> Page:
         offset = (page_no - 1) * page_size
@@ -175,17 +181,17 @@ with oreo_errors():
         f"{'key ' + info.key_column if info.key_column else 'generated row ids'}"
     )
 
-    if session is None:
+    if not can_edit:
         st.dataframe(page.rows, hide_index=True, width="stretch", height=grid_height(len(page.rows)), key="table_grid")
         st.pagination(num_pages, key="table_page", max_visible_pages=9)
         st.stop()
 
     layout = datasets.layout_for(project_id, dataset_id)
-    pending = sessions.effective_edits(layout, session.session_id)
+    pending = sessions.effective_edits(layout, session.session_id) if session else []
     bar = st.columns([5, 1.6, 1.4], vertical_alignment="center")
     bar[0].caption(
-        f"Editing session `{session.session_id}` (from version {session.base_version}) · "
-        f"**{len(pending)}** pending edit(s), saved as you type · double-click a cell to edit, "
+        (f"Editing session `{session.session_id}` (from version {session.base_version})" if session else "No edits yet")
+        + f" · **{len(pending)}** pending edit(s), saved as you type · double-click a cell to edit, "
         "select rows and press Delete to remove them"
     )
     if bar[1].button(
@@ -214,8 +220,7 @@ with oreo_errors():
     ops = editing.grid_ops(st.session_state.get(key) or {}, frame, types)
     if ops:
         # Not saved when core refuses it: the error shows, and the grid keeps the value to fix.
-        sessions.apply_edits(catalog(), session.session_id, ops, actor=user)
-        reset_editor()
+        save(ops)
         st.rerun()
 
     changed = editing.changed_rows(page.rows)
@@ -241,10 +246,7 @@ with oreo_errors():
             text, undo = st.columns([8, 1], vertical_alignment="center")
             text.markdown(pending_label(edit))
             if undo.button("Undo", key=f"undo_{edit.row_id}_{edit.column or ''}", icon=":material/undo:"):
-                sessions.apply_edits(
-                    catalog(), session.session_id, [sessions.UndoCell(edit.row_id, edit.column)], actor=user
-                )
-                reset_editor()
+                save([sessions.UndoCell(edit.row_id, edit.column)])
                 st.rerun()
         if len(pending) > PENDING_SHOWN:
             st.caption(f"… and {len(pending) - PENDING_SHOWN} more.")
@@ -264,14 +266,13 @@ with oreo_errors():
             add = st.form_submit_button("Add row", type="primary", key="table_add_submit")
         if add:
             row = {name: value for name, value in values.items() if value != ""}
-            sessions.apply_edits(catalog(), session.session_id, [sessions.AddRow(row)], actor=user)
+            save([sessions.AddRow(row)])
             for name in values:  # kept when core refused the row, cleared once it is saved
                 st.session_state.pop(f"table_add_{name}", None)
             st.session_state["table_goto_last"] = True
-            reset_editor()
             st.rerun()
 
-    if dialog_value("submit"):
+    if session is not None and dialog_value("submit"):
         submit_dialog(session.session_id, len(pending))
-    if dialog_value("discard"):
+    if session is not None and dialog_value("discard"):
         discard_dialog(session.session_id, len(pending))

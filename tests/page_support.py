@@ -97,7 +97,10 @@ def edit(catalog: Catalog, username: str, *ops: sessions.EditOp) -> sessions.Ses
 
 
 def pending(catalog: Catalog, username: str) -> list[sessions.CellEdit]:
-    session = sessions.open_session(catalog, "shop", "orders", actor=user(catalog, username))
+    """The user's pending edits on shop/orders ([] without an open session)."""
+    session = sessions.current_session(catalog, "shop", "orders", actor=user(catalog, username))
+    if session is None:
+        return []
     return sessions.effective_edits(datasets.layout_for("shop", "orders"), session.session_id)
 
 

@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import editing
 from app.components import status_badge
-from core import change_requests
+from core import change_requests, sessions
 from core.catalog import Catalog
 from core.reads import Column
 from core.sessions import DeleteRow, SetCell
@@ -100,9 +100,10 @@ def test_editor_sees_the_grid_with_a_change_column_and_locked_ids(workspace: Cat
     assert locked == {"row_id", "order_id", editing.MARK_COLUMN}, config
     assert "Pending edits (0)" in _expander_labels(at)
     assert not [d for d in at.dataframe if d.editing_mode == "read_only"]
-    # Nothing to submit or discard yet.
+    # Nothing to submit or discard yet, and looking starts no session.
     assert at.button(key="table_submit").disabled
     assert at.button(key="table_discard").disabled
+    assert sessions.current_session(workspace, "shop", "orders", actor=user(workspace, "erin")) is None
 
 
 def test_a_cell_edit_is_saved_at_once_and_overlaid(workspace: Catalog) -> None:

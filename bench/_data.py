@@ -102,3 +102,22 @@ def ensure_customers(rows: int) -> BenchTable:
     elapsed = time.perf_counter() - start
     _log(f"created {info.rows:,} rows at version {info.version} in {elapsed:.1f} s")
     return BenchTable(PROJECT, dataset_id, rows, layout.main, elapsed)
+
+
+APPROVER = "bench_approver"
+
+
+def ensure_approver() -> None:
+    """An approver of the bench project (the editor ``READER`` cannot approve its own requests)."""
+    from core import auth
+    from core.catalog import open_catalog
+    from core.errors import NotFound
+
+    ensure_reader()
+    catalog = open_catalog()
+    try:
+        auth.get_user(catalog, APPROVER)
+    except NotFound:
+        auth.create_user(catalog, APPROVER, display_name="Benchmark approver")
+    if auth.role_in(catalog, auth.get_user(catalog, APPROVER), PROJECT) is None:
+        auth.add_member(catalog, PROJECT, APPROVER, auth.Role.APPROVER)

@@ -84,7 +84,7 @@ class Timing:
         }
 
 
-def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+def time_call(fn: Callable[[], object]) -> tuple[float, float]:
     """Wall and process CPU milliseconds of one call, the garbage collector collected first and paused."""
     gc.collect()
     gc.disable()
@@ -121,7 +121,7 @@ def measure_interleaved(
     for round_no in range(repeats):
         shift = round_no % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            samples[label].append(_timed(fns[label]))
+            samples[label].append(time_call(fns[label]))
     return {
         label: Timing(
             label=label,

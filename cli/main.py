@@ -614,6 +614,20 @@ def cr_withdraw(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="T
     emit({"cr_id": cr.id, "state": cr.state.value}, f"change request {cr.id} withdrawn")
 
 
+@cr_app.command("resubmit")
+def cr_resubmit(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
+    """Re-submit your open request against the current version (the old one is withdrawn)."""
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    cr = change_requests.resubmit_change_request(catalog, cr_id, actor=actor)
+    run = change_requests.validation_for(catalog, cr.id, actor=actor)
+    doc = {"cr_id": cr.id, "state": cr.state.value, "validation": _validation_doc(run), "replaces": cr_id}
+    emit(
+        doc,
+        f"change request {cr_id} re-submitted as {cr.id} (base v{cr.base_version}); validation {cr.validation_status}",
+    )
+
+
 # ---------------------------------------------------------------- rules
 
 

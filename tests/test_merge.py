@@ -272,3 +272,30 @@ def test_rules_show_default_and_refuse_bad_suites(catalog: Catalog) -> None:
         datasets.set_dataset_rules(catalog, "demo", "people", wrong, actor=ada)
     assert path.read_text() == before
     assert json.loads(before)["name"] == "people"
+
+
+def test_the_author_resubmits_against_the_current_version(catalog: Catalog) -> None:
+    al, ed = get_user(catalog, "al"), get_user(catalog, "ed")
+    first = _submit(catalog, [SetCell("2", "age", "30")], author="eve")
+    stale = _submit(
+        catalog, [SetCell("2", "age", "31"), SetCell("5", "name", "Five"), DeleteRow("8"), AddRow({"id": 60})]
+    )
+    merge.approve_change_request(catalog, first.id, actor=al)
+    assert merge.find_conflicts(catalog, stale.id, actor=al)
+    with pytest.raises(PermissionDenied, match="only the author"):
+        crs.resubmit_change_request(catalog, stale.id, actor=al)
+    fresh = crs.resubmit_change_request(catalog, stale.id, actor=ed)
+    assert (fresh.base_version, fresh.title, fresh.state) == (1, stale.title, crs.CRState.OPEN)
+    old = crs.get_change_request(catalog, stale.id, actor=ed)
+    assert (old.state, old.close_reason) == (crs.CRState.WITHDRAWN, f"re-submitted as {fresh.id}")
+    assert merge.find_conflicts(catalog, fresh.id, actor=al) == []
+    changes = crs.diff_change_request(catalog, fresh.id, actor=al).changes
+    assert [(c.row_id, c.change, c.column, c.old, c.new) for c in changes if c.change == "update"] == [
+        ("2", "update", "age", "30", "31"),  # now judged against the merged 30
+        ("5", "update", "name", "name 5", "Five"),
+    ]
+    assert {(c.row_id, c.change) for c in changes if c.column is None} == {("8", "delete"), ("60", "insert")}
+    merge.approve_change_request(catalog, fresh.id, actor=al)
+    assert (_table()["2"]["age"], "8" in _table(), "60" in _table()) == (31, False, True)
+    with pytest.raises(ConflictError, match="only open requests can be re-submitted"):
+        crs.resubmit_change_request(catalog, stale.id, actor=ed)

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
-from bench.workloads import edit_save, page_read
+from bench.workloads import approve, diff_page, edit_save, page_read
 
 Workload = Callable[[BenchConfig], WorkloadResult]
 
 WORKLOADS: dict[str, Workload] = {
     page_read.NAME: page_read.run,
     edit_save.NAME: edit_save.run,
+    approve.NAME: approve.run,
+    diff_page.NAME: diff_page.run,
 }

@@ -1,0 +1,102 @@
+"""Approving a change request of 10,000 changed cells into the 1,000,000-row table.
+
+Each round builds two fresh change requests (untimed: edits saved through
+``core.sessions.apply_edits``, then ``submit_change_request`` writes staging with Spark
+and validates it), each on rows no other round touches:
+
+* core: ``core.merge.approve_change_request`` - checks, conflict search, GX validation
+  of the merged result, the MERGE with its idempotent transaction id, catalog sync,
+  audit event, and removal of staging and session;
+* bare delta-spark MERGE: ``DeltaTable.forPath(main).merge(staging rows, row_id)`` with
+  ``whenMatchedUpdate`` of the same two columns - the engine work alone - on the other
+  request's staging table.
+
+Target: core median <= 1.5x the bare MERGE, validation included.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bench._data import APPROVER, PROJECT, READER, ensure_approver, ensure_customers
+from bench._harness import BenchConfig, Timing, WorkloadResult, time_call, expect
+
+NAME = "approve"
+CELLS = 10_000
+COLUMNS = ("city", "plan")
+MAX_RATIO = 1.5
+FIRST_ID = 100_001
+
+
+def run(config: BenchConfig) -> WorkloadResult:
+    """Alternate core approvals and bare MERGEs of equally sized staged changes."""
+    from delta.tables import DeltaTable
+
+    from core import auth, change_requests, engine, merge, sessions
+    from core.catalog import open_catalog
+    from core.datasets import layout_for
+
+    table = ensure_customers(config.rows)
+    ensure_approver()
+    catalog = open_catalog()
+    editor, approver = auth.get_user(catalog, READER), auth.get_user(catalog, APPROVER)
+    rows_per_cr = CELLS // len(COLUMNS)
+    layout = layout_for(PROJECT, table.dataset_id)
+    spark = engine.get_spark()
+    block = iter(range(10**6))
+
+    def stage() -> change_requests.ChangeRequest:
+        start = next(block) * rows_per_cr % (config.rows - rows_per_cr)
+        ids = [str(FIRST_ID + start + i) for i in range(rows_per_cr)]
+        tag = next(block)
+        ops: list[sessions.EditOp] = [sessions.SetCell(r, c, f"{c} {tag}") for r in ids for c in COLUMNS]
+        session = sessions.open_session(catalog, PROJECT, table.dataset_id, actor=editor)
+        sessions.apply_edits(catalog, session.session_id, ops, actor=editor)
+        cr = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="bench")
+        expect(cr.cells == CELLS, f"staged {cr.cells} cells")
+        return cr
+
+    def core_approve(cr: change_requests.ChangeRequest) -> None:
+        merged = merge.approve_change_request(catalog, cr.id, actor=approver)
+        expect(merged.merged_version is not None, "not merged")
+
+    def bare_merge(cr: change_requests.ChangeRequest) -> None:
+        source = spark.read.format("delta").load(str(layout.staging(cr.id)))
+        (
+            DeltaTable.forPath(spark, str(table.path))
+            .alias("t")
+            .merge(source.alias("s"), "t.row_id = s.row_id")
+            .whenMatchedUpdate(set={c: f"s.{c}" for c in COLUMNS})
+            .execute()
+        )
+        change_requests.withdraw_change_request(catalog, cr.id, actor=editor)  # its staging is spent
+
+    samples: dict[str, list[tuple[float, float]]] = {"core approve_change_request": [], "bare delta-spark MERGE": []}
+    repeats = max(1, config.spark_repeats)
+    for round_no in range(repeats + 1):  # round 0 warms both paths up
+        order = [("core approve_change_request", core_approve), ("bare delta-spark MERGE", bare_merge)]
+        if round_no % 2:
+            order.reverse()
+        for label, fn in order:
+            cr = stage()
+            print(f"[bench] approve round {round_no}: {label}", file=sys.stderr, flush=True)
+            sample = time_call(lambda fn=fn, cr=cr: fn(cr))  # type: ignore[misc]
+            if round_no:
+                samples[label].append(sample)
+    core, bare = (
+        Timing(label=label, samples_ms=tuple(w for w, _ in s), cpu_ms=tuple(c for _, c in s), warmup=1)
+        for label, s in samples.items()
+    )
+    return WorkloadResult(
+        name=NAME,
+        description=f"approve a change request of {CELLS:,} changed cells into a {config.rows:,}-row table",
+        core=core,
+        baselines=[bare],
+        ratio_baseline=bare.label,
+        max_ratio=MAX_RATIO,
+        notes={
+            "change": f"{rows_per_cr:,} rows x {len(COLUMNS)} columns ({', '.join(COLUMNS)}), fresh rows each round",
+            "core includes": "checks, conflict search, GX validation of the merged result, MERGE, sync, cleanup",
+            "main version after": engine.latest_version(table.path),
+        },
+    )

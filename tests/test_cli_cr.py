@@ -1,0 +1,193 @@
+"""The ``oreo cr`` and ``oreo rules`` commands: the JSON contract, exit codes and refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import main as cli
+from core import engine, reads
+from core.auth import Role, add_member, create_user
+from core.catalog import Catalog, open_catalog, reset_catalogs
+from core.config import get_settings
+from core.datasets import create_dataset, layout_for
+from core.projects import create_project
+from tests.test_cli import assert_one_error_line, run
+
+pytestmark = pytest.mark.spark
+
+
+def _switch(env: dict[str, str], mp: pytest.MonkeyPatch) -> None:
+    for name, value in env.items():
+        mp.setenv(name, value)
+    get_settings.cache_clear()
+    reset_catalogs()
+
+
+@pytest.fixture(scope="module")
+def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    base = tmp_path_factory.mktemp("cli_cr")
+    env = {"DELTA_DATA_ROOT": str(base / "delta"), "OREO_DATABASE_URL": f"sqlite:///{base / 'catalog.db'}"}
+    source = base / "people.csv"
+    source.write_text("id,name,age\n" + "".join(f"{i},name {i},{20 + i}\n" for i in range(1, 6)))
+    with pytest.MonkeyPatch.context() as mp:
+        _switch(env, mp)
+        catalog = open_catalog()
+        create_project(catalog, "demo")
+        for name, role in (("ed", Role.EDITOR), ("al", Role.APPROVER), ("ada", Role.ADMIN)):
+            create_user(catalog, name, password=f"{name}-password-1")
+            add_member(catalog, "demo", name, role)
+        create_dataset(catalog, "demo", "people", source, key="id")
+        reset_catalogs()
+    get_settings.cache_clear()
+    return base
+
+
+@pytest.fixture
+def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
+    work = tmp_path / "work"
+    shutil.copytree(pristine / "delta", work / "delta")
+    shutil.copy2(pristine / "catalog.db", work / "catalog.db")
+    env = {"DELTA_DATA_ROOT": str(work / "delta"), "OREO_DATABASE_URL": f"sqlite:///{work / 'catalog.db'}"}
+    _switch(env, monkeypatch)
+    cli.state.json = False
+    yield open_catalog()
+
+
+def _main() -> Path:
+    return layout_for("demo", "people").main
+
+
+def test_edit_submit_show_approve_round_trip(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    edit = run(
+        capsys, "--json", "edit", "demo", "people", "--as", "ed",
+        "--set", "2", "age", "77", "--delete-row", "3", "--add-row", '{"id": 9, "name": "nine", "age": 9}',
+    )  # fmt: skip
+    assert edit.code == 0, edit.err
+    submitted = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed", "--title", "Ages")
+    assert submitted.code == 0, submitted.err
+    doc = submitted.json()
+    assert set(doc) == {"cr_id", "state", "validation"} and doc["state"] == "open"
+    assert doc["validation"]["status"] == "passed" and doc["validation"]["failures"] == []
+    cr_id = doc["cr_id"]
+
+    shown = run(capsys, "--json", "cr", "show", cr_id)
+    assert shown.code == 0, shown.err
+    show = shown.json()
+    assert {"cr_id", "state", "author", "base_version", "changes", "validation", "conflicts"} <= set(show)
+    assert (show["author"], show["base_version"], show["conflicts"], show["total"]) == ("ed", 0, [], 3)
+    assert [(c["row_id"], c["change"], c["column"], c["old"], c["new"]) for c in show["changes"]] == [
+        ("2", "update", "age", "22", "77"),
+        ("3", "delete", None, {"row_id": "3", "id": 3, "name": "name 3", "age": 23}, None),
+        ("9", "insert", None, None, {"row_id": "9", "id": 9, "name": "nine", "age": 9}),
+    ]
+    paged = run(capsys, "--json", "cr", "show", cr_id, "--limit", "1", "--offset", "1").json()
+    assert [c["row_id"] for c in paged["changes"]] == ["3"] and paged["total"] == 3
+
+    listed = run(capsys, "--json", "cr", "list", "demo", "people", "--state", "open").json()
+    assert [c["cr_id"] for c in listed["change_requests"]] == [cr_id]
+
+    own = run(capsys, "--json", "cr", "approve", cr_id, "--as", "ed")
+    assert_one_error_line(own, "approver")
+    approved = run(capsys, "--json", "cr", "approve", cr_id, "--as", "al", "--comment", "fine")
+    assert approved.code == 0, approved.err
+    assert approved.json() == {"cr_id": cr_id, "state": "merged", "version": 1}
+    rows = reads.read_page(_main(), order_by="row_id", limit=10).rows
+    assert list(rows["row_id"]) == ["1", "2", "4", "5", "9"] and int(rows["age"][1]) == 77
+    assert_one_error_line(run(capsys, "--json", "cr", "approve", cr_id, "--as", "al"), "is merged")
+    assert run(capsys, "--json", "cr", "list", "--state", "open").json() == {"change_requests": []}
+
+
+def test_reject_and_withdraw(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "x").code == 0
+    first = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed").json()["cr_id"]
+    assert_one_error_line(run(capsys, "cr", "reject", first, "--as", "al", "--reason", " "), "a reason is required")
+    rejected = run(capsys, "--json", "cr", "reject", first, "--as", "al", "--reason", "no")
+    assert rejected.json() == {"cr_id": first, "state": "rejected"}
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "y").code == 0
+    second = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed").json()["cr_id"]
+    assert_one_error_line(run(capsys, "cr", "withdraw", second, "--as", "al"), "only the author")
+    assert run(capsys, "--json", "cr", "withdraw", second, "--as", "ed").json() == {
+        "cr_id": second,
+        "state": "withdrawn",
+    }
+    assert engine.latest_version(_main()) == 0
+    assert not any(layout_for("demo", "people").staging_root.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["cr", "submit", "demo", "people", "--as", "ed"], "has no open session on demo/people"),
+        (["cr", "show", "cr_nope"], "unknown change request 'cr_nope'"),
+        (["cr", "show", "../x"], "change request id"),
+        (["cr", "approve", "cr_nope", "--as", "al"], "unknown change request"),
+        (["cr", "submit", "demo", "people", "--as", "nobody"], "nobody"),
+        (["rules", "show", "demo", "nope"], "nope"),
+    ],
+)
+def test_refusals(capsys, catalog: Catalog, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    assert_one_error_line(run(capsys, *args), message)
+    assert engine.latest_version(_main()) == 0
+
+
+def test_submitting_an_empty_session_is_refused_and_leaves_nothing(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "x").code == 0
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "name 1").code == 0  # reverted
+    assert_one_error_line(run(capsys, "cr", "submit", "demo", "people", "--as", "ed"), "has no edits to submit")
+    assert run(capsys, "--json", "cr", "list").json() == {"change_requests": []}
+    assert not any(layout_for("demo", "people").staging_root.iterdir())
+
+
+def test_wrong_type_and_unknown_cells_are_refused(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    bad = run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "age", "old")
+    assert_one_error_line(bad, "'old' is not a valid BIGINT for column 'age'")
+    assert_one_error_line(run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "99", "age", "1"), "unknown row")
+    assert_one_error_line(
+        run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "nope", "1"), "unknown column"
+    )
+
+
+def test_rules_show_and_set(capsys, catalog: Catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    shown = run(capsys, "--json", "rules", "show", "demo", "people")
+    assert shown.code == 0 and shown.json()["expectations"][0]["type"] == "expect_column_values_to_not_be_null"
+    suite = tmp_path / "suite.json"
+    suite.write_text(
+        json.dumps(
+            {
+                "name": "people rules",
+                "expectations": [
+                    {
+                        "type": "expect_column_values_to_be_between",
+                        "kwargs": {"column": "age", "min_value": 0, "max_value": 120},
+                        "severity": "warning",
+                    }
+                ],
+            }
+        )
+    )
+    assert_one_error_line(run(capsys, "rules", "set", "demo", "people", "--file", str(suite), "--as", "ed"), "admin")
+    done = run(capsys, "--json", "rules", "set", "demo", "people", "--file", str(suite), "--as", "ada")
+    assert done.code == 0, done.err
+    again = run(capsys, "--json", "rules", "show", "demo", "people").json()
+    assert again["name"] == "people rules"
+    assert [(e["type"], e["severity"]) for e in again["expectations"]] == [
+        ("expect_column_values_to_be_between", "warning")
+    ]
+    suite.write_text("{not json")
+    assert_one_error_line(run(capsys, "rules", "set", "demo", "people", "--file", str(suite)), "is not valid JSON")
+    assert_one_error_line(
+        run(capsys, "rules", "set", "demo", "people", "--file", str(tmp_path / "none.json")), "no such file"
+    )
+
+    # A warning rule now flags a submitted change; the approver sees it.
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "2", "age", "150").code == 0
+    doc = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed").json()
+    assert doc["validation"]["status"] == "warning"
+    assert [(f["expectation"], f["severity"], f["column"]) for f in doc["validation"]["failures"]] == [
+        ("expect_column_values_to_be_between", "warning", "age")
+    ]

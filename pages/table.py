@@ -192,7 +192,7 @@ with oreo_errors():
     bar[0].caption(
         (f"Editing session `{session.session_id}` (from version {session.base_version})" if session else "No edits yet")
         + f" · **{len(pending)}** pending edit(s), saved as you type · double-click a cell to edit, "
-        "select rows and press Delete to remove them"
+        "tick row markers at the left and press Delete to remove a row"
     )
     if bar[1].button(
         "Submit change request", key="table_submit", type="primary", icon=":material/send:", disabled=not pending
@@ -225,19 +225,20 @@ with oreo_errors():
 
     changed = editing.changed_rows(page.rows)
     if len(changed):
-        st.markdown(
-            f"**Changes on this page** ({len(changed)} row(s))",
-            help="Yellow: edited cell · green: added row · red, struck through: deleted row",
-        )
-        st.dataframe(
-            editing.preview(changed, columns),
-            hide_index=True,
-            width="stretch",
-            height=grid_height(len(changed)),
-            row_height=ROW_PX,
-            key="table_preview",
-            column_config={editing.MARK_COLUMN: st.column_config.TextColumn("change", width="small")},
-        )
+        with st.container(key="table_preview"):
+            st.markdown(
+                f"**Changes on this page** ({len(changed)} row(s))",
+                help="Yellow: edited cell · green: added row · red, struck through: deleted row",
+            )
+            st.dataframe(
+                editing.preview(changed, columns),
+                hide_index=True,
+                width="stretch",
+                height=grid_height(len(changed)),
+                row_height=ROW_PX,
+                key="table_preview_grid",
+                column_config={editing.MARK_COLUMN: st.column_config.TextColumn("change", width="small")},
+            )
 
     with st.expander(f"Pending edits ({len(pending)})", icon=":material/edit_note:", expanded=False):
         if not pending:
@@ -254,7 +255,7 @@ with oreo_errors():
     with st.expander("Add a row", icon=":material/add:"):
         with st.form("table_add_form", border=False):
             st.caption(
-                "New rows are listed after the table's rows."
+                "A new row is listed after the table's last row."
                 + (f" **{info.key_column}** is required and must be new." if info.key_column else "")
             )
             values = {}

@@ -106,3 +106,62 @@ def pending(catalog: Catalog, username: str) -> list[sessions.CellEdit]:
 
 def button_keys(at: AppTest) -> list[str]:
     return [b.key for b in at.button if b.key]
+
+
+# Rules on shop/orders for the review tests: an unknown plan is a warning, a negative amount critical.
+RULES = {
+    "name": "orders",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "row_id"}, "severity": "critical"},
+        {"type": "expect_column_values_to_be_unique", "kwargs": {"column": "row_id"}, "severity": "critical"},
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "plan", "value_set": list(PLANS)},
+            "severity": "warning",
+        },
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "amount", "min_value": 0},
+            "severity": "critical",
+        },
+    ],
+}
+
+
+def submit(catalog: Catalog, username: str, title: str, *ops: sessions.EditOp) -> str:
+    """Edit shop/orders as ``username`` and submit the edits; returns the change request id."""
+    from core import change_requests
+
+    session = edit(catalog, username, *ops)
+    cr = change_requests.submit_change_request(catalog, session.session_id, actor=user(catalog, username), title=title)
+    return cr.id
+
+
+def seed_requests(folder: Path) -> dict[str, str]:
+    """The workspace of ``seed_workspace`` with RULES and open change requests; returns name -> id.
+
+    * ``warn``: erin sets order 1000's plan to "platinum" (a warning);
+    * ``fail``: eve sets order 1002's amount to -5 (a critical failure);
+    * ``mine``: eve sets order 1003's plan to "pro" (passes);
+    * ``own``: ann, an approver, sets order 1003's plan to "enterprise" (passes; conflicts with ``mine``
+      once one of them is merged).
+    """
+    from core import datasets
+
+    seed_workspace(folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DELTA_DATA_ROOT", str(folder / "delta"))
+        mp.setenv("OREO_DATABASE_URL", f"sqlite:///{folder / 'catalog.db'}")
+        get_settings.cache_clear()
+        reset_catalogs()
+        catalog = open_catalog()
+        datasets.set_dataset_rules(catalog, "shop", "orders", RULES, actor=auth.SYSTEM)
+        ids = {
+            "warn": submit(catalog, "erin", "Platinum for 1000", sessions.SetCell("1000", "plan", "platinum")),
+            "fail": submit(catalog, "eve", "Refund 1002", sessions.SetCell("1002", "amount", "-5")),
+            "mine": submit(catalog, "eve", "Pro for 1003", sessions.SetCell("1003", "plan", "pro")),
+            "own": submit(catalog, "ann", "Enterprise for 1003", sessions.SetCell("1003", "plan", "enterprise")),
+        }
+        reset_catalogs()
+    get_settings.cache_clear()
+    return ids

@@ -1,0 +1,101 @@
+"""How a change request is shown: its paged cell-level diff and its data-check findings."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import streamlit as st
+
+from app.components import SEVERITY_BADGES, catalog, status_badge
+from core import change_requests
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
+
+    from core.auth import User
+    from core.validation import ValidationRun
+
+DIFF_PAGE = 100
+ROW_PX = 35
+_KIND_STYLE = {
+    "update": "background-color: #fff3b0; color: #4a3b00",
+    "insert": "background-color: #d8f5d0; color: #14501a",
+    "delete": "background-color: #fbd5d5; color: #7a1010",
+}
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "∅"
+    if isinstance(value, dict):
+        # A whole inserted or deleted row.
+        return ", ".join(f"{k}={'∅' if v is None else v}" for k, v in value.items() if k != "row_id")
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _styled(frame: pd.DataFrame) -> Styler:
+    def style_row(row: pd.Series) -> list[str]:
+        colour = _KIND_STYLE.get(str(row["change"]), "")
+        return [colour if c in ("change", "new" if row["change"] != "delete" else "old") else "" for c in row.index]
+
+    return frame.style.apply(style_row, axis=1)
+
+
+def diff_table(cr_id: str, user: User, *, key: str) -> None:
+    """The request's cell-level diff, ``DIFF_PAGE`` entries per page, paged on the server."""
+    page_key = f"{key}_page"
+    if st.session_state.get(f"{key}_for") != cr_id:  # another request starts at page 1
+        st.session_state[f"{key}_for"] = cr_id
+        st.session_state[page_key] = 1
+    page_no = int(st.session_state.get(page_key, 1))
+    diff = change_requests.diff_change_request(
+        catalog(), cr_id, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
+    )
+    if diff.total == 0:
+        st.write("No changes to show.")
+        return
+    num_pages = max(1, math.ceil(diff.total / DIFF_PAGE))
+    first = (page_no - 1) * DIFF_PAGE + 1
+    st.caption(f"Changes **{first:,}–{first + len(diff.changes) - 1:,}** of **{diff.total:,}**")
+    frame = pd.DataFrame(
+        [
+            {
+                "row_id": c.row_id,
+                "change": c.change,
+                "column": c.column or "(whole row)",
+                "old": _text(c.old) if c.change != "insert" else "",
+                "new": _text(c.new) if c.change != "delete" else "",
+            }
+            for c in diff.changes
+        ],
+        columns=["row_id", "change", "column", "old", "new"],
+    )
+    st.dataframe(
+        _styled(frame),
+        hide_index=True,
+        width="stretch",
+        height=min(ROW_PX * (len(frame) + 1) + 3, 600),
+        row_height=ROW_PX,
+        key=f"{key}_table",
+    )
+    if num_pages > 1:
+        st.pagination(num_pages, key=page_key, max_visible_pages=9)
+
+
+def findings(run: ValidationRun | None) -> None:
+    """The data checks (Great Expectations) of a request: its status and each failed expectation."""
+    if run is None:
+        st.markdown(f"Data checks: {status_badge(None)}")
+        return
+    st.markdown(f"Data checks: {status_badge(run.status)} · {run.evaluated} expectation(s) evaluated")
+    if not run.failures:
+        st.write("Every expectation passed.")
+        return
+    order = {"critical": 0, "warning": 1, "info": 2}
+    for failure in sorted(run.failures, key=lambda f: order.get(f.severity, 3)):
+        where = f" on **{failure.column}**" if failure.column else ""
+        count = "" if failure.unexpected_count is None else f" · {failure.unexpected_count:,} unexpected value(s)"
+        st.markdown(f"{SEVERITY_BADGES.get(failure.severity, failure.severity)} `{failure.expectation}`{where}{count}")

@@ -1,0 +1,100 @@
+"""The signed-in user's own change requests; open ones can be withdrawn."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from app.components import (
+    catalog,
+    close_dialog,
+    dialog_value,
+    flash,
+    open_dialog,
+    oreo_errors,
+    require_user,
+    show_flash,
+    status_badge,
+)
+from core.change_requests import ChangeRequest, CRState, list_change_requests, withdraw_change_request
+
+STATES = ["all", *(s.value for s in CRState)]
+
+user = require_user()
+st.title("My requests")
+show_flash()
+
+
+@st.dialog("Withdraw change request?", on_dismiss=lambda: close_dialog("withdraw"))
+def withdraw_dialog(cr: ChangeRequest) -> None:
+    st.write(
+        f"Withdraw **{cr.title}** (`{cr.id}`, {cr.rows} row(s), {cr.cells} cell(s))? "
+        "Its staged changes are deleted and it leaves the review queue; the table is not changed."
+    )
+    left, right = st.columns(2)
+    if right.button("Keep it", key="withdraw_cancel", width="stretch"):
+        close_dialog("withdraw")
+        st.rerun()
+    if left.button("Withdraw", key="withdraw_confirm", type="primary", width="stretch"):
+        with oreo_errors():
+            withdraw_change_request(catalog(), cr.id, actor=user)
+            close_dialog("withdraw")
+            flash(f"Withdrew change request `{cr.id}`.", kind="info")
+            st.rerun()
+
+
+with oreo_errors():
+    mine = [cr for cr in list_change_requests(catalog(), actor=user) if cr.author == user.username]
+    if not mine:
+        st.info("You have not submitted any change requests yet. Edit a table and submit your changes.")
+        st.stop()
+
+    state = st.segmented_control("State", STATES, default="all", key="requests_state")
+    shown = [cr for cr in mine if state in (None, "all") or cr.state.value == state]
+    st.caption(f"{len(shown)} of your {len(mine)} change request(s), newest first")
+    st.dataframe(
+        pd.DataFrame(
+            [
+                {
+                    "id": cr.id,
+                    "state": cr.state.value,
+                    "title": cr.title,
+                    "dataset": f"{cr.project_id}/{cr.dataset_id}",
+                    "checks": getattr(cr, "validation_status", None) or "",
+                    "rows": cr.rows,
+                    "cells": cr.cells,
+                    "created": cr.created_at,
+                    "closed by": cr.closed_by or "",
+                    "note": cr.close_reason or "",
+                }
+                for cr in shown
+            ],
+            columns=["id", "state", "title", "dataset", "checks", "rows", "cells", "created", "closed by", "note"],
+        ),
+        hide_index=True,
+        width="stretch",
+        key="requests_table",
+    )
+
+    open_ones = [cr for cr in shown if cr.state == CRState.OPEN]
+    if open_ones:
+        st.subheader("Open", anchor=False)
+    for cr in open_ones:
+        with st.container(border=True, key=f"request_{cr.id}"):
+            text, action = st.columns([6, 1], vertical_alignment="center")
+            text.markdown(
+                f"**{cr.title}** · `{cr.id}` · {cr.project_id}/{cr.dataset_id} · "
+                f"{cr.rows} row(s), {cr.cells} cell(s) · checks {status_badge(getattr(cr, 'validation_status', None))}"
+            )
+            if cr.description:
+                text.caption(cr.description)
+            if action.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
+                open_dialog("withdraw", cr.id)
+
+    chosen = dialog_value("withdraw")
+    if chosen:
+        match = [cr for cr in mine if cr.id == chosen and cr.state == CRState.OPEN]
+        if match:
+            withdraw_dialog(match[0])
+        else:
+            close_dialog("withdraw")

@@ -1,0 +1,235 @@
+"""My requests and Review pages: withdraw, the approvers' queue, diff, data checks, conflicts, four-eyes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import change_requests, datasets, merge
+from core.catalog import Catalog
+from core.change_requests import CRState
+from tests.page_support import (
+    REQUESTS_PAGE,
+    REVIEW_PAGE,
+    button_keys,
+    copy_workspace,
+    has_text,
+    seed_requests,
+    signed_in,
+    texts,
+    user,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TITLES = {
+    "warn": "Platinum for 1000",
+    "fail": "Refund 1002",
+    "mine": "Pro for 1003",
+    "own": "Enterprise for 1003",
+}
+
+
+@pytest.fixture(scope="module")
+def seeded(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    folder = tmp_path_factory.mktemp("pages-review")
+    return folder, seed_requests(folder)
+
+
+@pytest.fixture
+def ids(seeded: tuple[Path, dict[str, str]]) -> dict[str, str]:
+    return seeded[1]
+
+
+@pytest.fixture
+def workspace(seeded: tuple[Path, dict[str, str]], data_root: Path) -> Catalog:
+    return copy_workspace(seeded[0], data_root)
+
+
+def _state(catalog: Catalog, cr_id: str) -> CRState:
+    return change_requests.get_change_request(catalog, cr_id, actor=user(catalog, "abe")).state
+
+
+def _review(username: str, cr_id: str | None = None) -> AppTest:
+    at = signed_in(username, REVIEW_PAGE)
+    if cr_id is not None:
+        at.selectbox(key="review_cr").select(cr_id).run(timeout=120)
+    assert not at.exception
+    return at
+
+
+def _queue(at: AppTest) -> list[str]:
+    return list(at.dataframe[0].value["id"])
+
+
+def _markdown(at: AppTest) -> str:
+    return "\n".join(texts(at.markdown))
+
+
+# ---------------------------------------------------------------- My requests
+
+
+def test_my_requests_lists_only_the_users_own(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = signed_in("eve", REQUESTS_PAGE)
+
+    assert texts(at.title) == ["My requests"]
+    table = at.dataframe[0].value
+    assert list(table["id"]) == [ids["mine"], ids["fail"]]  # newest first
+    assert set(table["state"]) == {"open"}
+    assert list(table["title"]) == [TITLES["mine"], TITLES["fail"]]
+    assert list(table["checks"]) == ["passed", "failed"]
+    assert {f"withdraw_{ids['mine']}", f"withdraw_{ids['fail']}"} <= set(button_keys(at))
+    assert not [k for k in button_keys(at) if k.startswith("withdraw_") and k[9:] not in (ids["mine"], ids["fail"])]
+
+
+def test_withdraw_asks_first_then_closes_the_request(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = signed_in("erin", REQUESTS_PAGE)
+
+    at.button(key=f"withdraw_{ids['warn']}").click().run(timeout=120)
+    assert "withdraw_confirm" in button_keys(at)
+    at.button(key="withdraw_cancel").click().run(timeout=120)
+    assert "withdraw_confirm" not in button_keys(at)
+    assert _state(workspace, ids["warn"]) == CRState.OPEN
+
+    at.button(key=f"withdraw_{ids['warn']}").click().run(timeout=120)
+    at.button(key="withdraw_confirm").click().run(timeout=120)
+
+    assert not at.error, texts(at.error)
+    assert _state(workspace, ids["warn"]) == CRState.WITHDRAWN
+    assert f"Withdrew change request `{ids['warn']}`." in texts(at.info)
+    assert list(at.dataframe[0].value["state"]) == ["withdrawn"]
+    assert f"withdraw_{ids['warn']}" not in button_keys(at)
+    # Withdrawn requests leave the approvers' queue.
+    assert ids["warn"] not in _queue(_review("abe"))
+
+
+def test_my_requests_without_any(workspace: Catalog) -> None:
+    at = signed_in("abe", REQUESTS_PAGE)
+
+    assert texts(at.info) == ["You have not submitted any change requests yet. Edit a table and submit your changes."]
+    assert not at.dataframe
+
+
+# ---------------------------------------------------------------- Review
+
+
+@pytest.mark.parametrize(("username", "listed"), [("erin", False), ("eve", False), ("ann", True), ("abe", True)])
+def test_review_page_is_listed_for_approvers_only(workspace: Catalog, username: str, listed: bool) -> None:
+    at = signed_in(username)
+    if listed:
+        at.switch_page(REVIEW_PAGE).run(timeout=120)
+        assert texts(at.title) == ["Review"]
+    else:
+        with pytest.raises(ValueError, match="Known pages"):
+            at.switch_page(REVIEW_PAGE)
+    # Everyone signed in has My requests.
+    at.switch_page(REQUESTS_PAGE).run(timeout=120)
+    assert texts(at.title) == ["My requests"]
+
+
+def test_queue_holds_every_open_request_of_the_approvers_projects(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("abe")
+
+    queue = at.dataframe[0].value
+    order = ["own", "mine", "fail", "warn"]
+    assert list(queue["id"]) == [ids[n] for n in order]
+    assert list(queue["author"]) == ["ann", "eve", "eve", "erin"]
+    assert list(queue["checks"]) == ["passed", "passed", "failed", "warning"]
+    assert at.selectbox(key="review_cr").value == ids["own"]
+    assert at.selectbox(key="review_cr").options[0] == f"{TITLES['own']} · ann · {ids['own']}"
+
+
+def test_review_shows_the_diff_and_a_warning_finding(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("abe", ids["warn"])
+
+    assert TITLES["warn"] in texts(at.subheader)
+    diff = next(d for d in at.dataframe if "change" in d.value.columns).value
+    assert diff.to_dict("records") == [
+        {"row_id": "1000", "change": "update", "column": "plan", "old": "free", "new": "platinum"}
+    ]
+    text = _markdown(at)
+    assert ":orange-badge[:material/warning: warning]" in text
+    assert ":orange-badge[warning] `expect_column_values_to_be_in_set` on **plan** · 1 unexpected value(s)" in text
+    assert "No conflicts with commits after version 0." in texts(at.markdown)
+    # A warning does not block approval.
+    assert not at.button(key="review_approve").disabled
+    assert not at.button(key="review_reject").disabled
+
+
+def test_authors_get_no_approve_action(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("ann", ids["own"])
+
+    assert TITLES["own"] in texts(at.subheader)
+    assert "review_approve" not in button_keys(at)
+    assert "review_reject" not in button_keys(at)
+    assert has_text(at.caption, "authors cannot approve their own request")
+    # The same approver may approve someone else's request.
+    at.selectbox(key="review_cr").select(ids["warn"]).run(timeout=120)
+    assert "review_approve" in button_keys(at)
+    assert not has_text(at.caption, "authors cannot approve their own request")
+
+
+def test_a_critical_failure_blocks_approval(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("abe", ids["fail"])
+
+    assert at.button(key="review_approve").disabled
+    assert not at.button(key="review_reject").disabled
+    assert has_text(at.caption, "Approval is blocked: a critical data check fails")
+    text = _markdown(at)
+    assert ":red-badge[:material/error: failed]" in text
+    assert ":red-badge[critical] `expect_column_values_to_be_between` on **amount**" in text
+
+
+def test_approve_merges_after_confirmation(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("abe", ids["warn"])
+
+    at.button(key="review_approve").click().run(timeout=120)
+    at.text_area(key="approve_comment").input("Looks right.")
+    at.button(key="approve_confirm").click().run(timeout=600)
+
+    assert not at.exception
+    assert not at.error, texts(at.error)
+    merged = change_requests.get_change_request(workspace, ids["warn"], actor=user(workspace, "abe"))
+    assert (merged.state, merged.closed_by, merged.close_reason) == (CRState.MERGED, "abe", "Looks right.")
+    assert has_text(at.success, f"Merged `{ids['warn']}` ({TITLES['warn']}) into `shop/orders` as version 1.")
+    rows = datasets.dataset_rows(workspace, "shop", "orders", actor=user(workspace, "abe"), limit=1).rows
+    assert rows.iloc[0]["plan"] == "platinum"
+    assert ids["warn"] not in _queue(at)
+    assert "approve_confirm" not in button_keys(at)
+
+
+def test_reject_needs_a_reason(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _review("abe", ids["fail"])
+
+    at.button(key="review_reject").click().run(timeout=120)
+    at.button(key="reject_confirm").click().run(timeout=120)
+    assert has_text(at.error, "a reason is required to reject a change request"), texts(at.error)
+    assert _state(workspace, ids["fail"]) == CRState.OPEN
+
+    at.text_area(key="reject_reason").input("Refunds go through billing.")
+    at.button(key="reject_confirm").click().run(timeout=120)
+
+    assert _state(workspace, ids["fail"]) == CRState.REJECTED
+    assert f"Rejected `{ids['fail']}` ({TITLES['fail']})." in texts(at.info)
+    assert ids["fail"] not in _queue(at)
+    # The author sees why.
+    mine = signed_in("eve", REQUESTS_PAGE).dataframe[0].value
+    assert mine.set_index("id").loc[ids["fail"], "note"] == "Refunds go through billing."
+
+
+def test_conflicts_block_approval(workspace: Catalog, ids: dict[str, str]) -> None:
+    merge.approve_change_request(workspace, ids["own"], actor=user(workspace, "abe"))
+
+    at = _review("abe", ids["mine"])
+
+    assert at.button(key="review_approve").disabled
+    assert has_text(at.caption, "Approval is blocked: it conflicts with newer commits in 1 place(s)")
+    assert has_text(at.warning, "1 change(s) collide with commits made after version 0.")
+    conflicts = next(d for d in at.dataframe if "reason" in d.value.columns).value
+    assert conflicts.to_dict("records") == [
+        {"row_id": "1003", "column": "plan", "version": 1, "reason": "also changed"}
+    ]

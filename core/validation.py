@@ -38,7 +38,8 @@ _PANDAS_TYPES: dict[str, list[str]] = {
     "FLOAT": ["float32", "float64"],
     "BOOLEAN": ["bool", "boolean", "object"],
     "VARCHAR": ["object", "str", "string"],
-    "DATE": ["object", "datetime64[ns]", "datetime64[us]", "datetime64[ms]"],
+    # pandas keeps dates as Python objects; GX then checks each value's type name.
+    "DATE": ["object", "date", "datetime64[ns]", "datetime64[us]", "datetime64[ms]"],
 }
 
 

@@ -96,3 +96,23 @@ def test_bad_suites_are_refused_and_nothing_is_saved(layout, document: object, m
     with pytest.raises(InvalidInput, match=message):
         validation.save_suite(layout, document)
     assert not validation.suite_path(layout).exists()
+
+
+def test_default_suite_accepts_every_mapped_type_as_pandas_receives_it(layout) -> None:  # type: ignore[no-untyped-def]
+    """DuckDB hands rows over through Arrow: dates and NULL-holding booleans arrive as objects, ints as floats."""
+    import datetime
+
+    import pyarrow as pa
+
+    columns = [("row_id", "VARCHAR"), ("d", "DATE"), ("b", "BOOLEAN"), ("f", "DOUBLE"), ("n", "BIGINT")]
+    frame = pa.table(
+        {
+            "row_id": ["1", "2"],
+            "d": pa.array([datetime.date(2024, 1, 1), None], pa.date32()),
+            "b": [True, None],
+            "f": [1.5, None],
+            "n": pa.array([1, None], pa.int64()),
+        }
+    ).to_pandas()
+    run = validation.validate_frame(frame, validation.default_suite("t", columns), layout)
+    assert (run.status, run.failures, run.evaluated) == ("passed", [], 6)

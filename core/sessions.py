@@ -29,6 +29,7 @@ Only changed cells are ever stored, never full rows.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -36,7 +37,7 @@ import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -47,6 +48,9 @@ from core.config import get_settings
 from core.datasets import DatasetInfo, get_dataset, layout_for
 from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
 from core.layout import DatasetLayout, new_id, validate_id
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
 
 ROW_MARKER = "__row__"
 INSERT = "insert"
@@ -241,8 +245,15 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
 # ---------------------------------------------------------------- events
 
 
-def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]]) -> SessionInfo:
-    from deltalake import write_deltalake
+def _append(
+    layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]], table: DeltaTable | None
+) -> tuple[SessionInfo, DeltaTable | None]:
+    """Commit ``events`` to ``edits.delta``; ``table`` is the session's open table, if known.
+
+    Returns the updated metadata and the open table at the new version (None when this
+    commit created it), so the next save skips re-reading the log.
+    """
+    from deltalake import DeltaTable, write_deltalake
 
     path = layout.live_edit(info.session_id)
     if _session_bytes(layout, info.session_id) > MAX_SESSION_BYTES:
@@ -250,22 +261,30 @@ def _append(layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any
             f"session {info.session_id} is over the {MAX_SESSION_BYTES // 2**20} MB limit; "
             "submit it as a change request or discard it"
         )
-    table = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
-    new = not (path / "_delta_log").is_dir()
-    write_deltalake(
-        path,
-        table,
-        mode="append",
-        configuration=_EDITS_TABLE_CONFIG if new else None,
-    )
+    data = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
+    if table is None and (path / "_delta_log").is_dir():
+        table = DeltaTable(str(path))
+    if table is None:
+        write_deltalake(path, data, mode="append", configuration=_EDITS_TABLE_CONFIG)
+    else:
+        # A commit from a stale table is still safe: delta-rs retries an append on top.
+        write_deltalake(table, data, mode="append")
     updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
     _write_metadata(layout, updated)
-    return updated
+    return updated, table
 
 
 def _session_bytes(layout: DatasetLayout, session_id: str) -> int:
-    folder = layout.session_dir(session_id)
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    total = 0
+    folders = [layout.session_dir(session_id)]
+    while folders:  # os.scandir: a save must not pay pathlib's cost per file of a long session
+        with os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+                elif entry.is_file():
+                    total += entry.stat().st_size
+    return total
 
 
 def _event(
@@ -290,29 +309,46 @@ def _event(
     }
 
 
-# session_id -> (last_activity, events): every save rewrites last_activity, so a cached
-# fold is reused only while nobody (in any process) has saved since it was read.
-_events_cache: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+@dataclass(frozen=True)
+class _Cached:
+    """A session's stored events, and its open ``edits.delta`` table, as of ``last_activity``."""
+
+    last_activity: str
+    events: list[dict[str, Any]]
+    table: DeltaTable | None
 
 
-def _stored_events(layout: DatasetLayout, info: SessionInfo) -> list[dict[str, Any]]:
+# Every save rewrites last_activity, so a cached entry is reused only while nobody (in
+# any process) has saved since it was read.
+_events_cache: dict[str, _Cached] = {}
+
+
+def _cached(layout: DatasetLayout, info: SessionInfo) -> _Cached:
     cached = _events_cache.get(info.session_id)
-    if cached is not None and cached[0] == info.last_activity:
-        return list(cached[1])
-    events = read_events(layout, info.session_id).to_pylist()
-    _events_cache[info.session_id] = (info.last_activity, events)
-    return list(events)
+    if cached is not None and cached.last_activity == info.last_activity:
+        return cached
+    table = _open_edits(layout, info.session_id)
+    cached = _Cached(info.last_activity, _sorted_events(table).to_pylist(), table)
+    _events_cache[info.session_id] = cached
+    return cached
 
 
 def read_events(layout: DatasetLayout, session_id: str) -> pa.Table:
     """Every stored event of a session, oldest first (empty when nothing was saved)."""
+    return _sorted_events(_open_edits(layout, session_id))
+
+
+def _open_edits(layout: DatasetLayout, session_id: str) -> DeltaTable | None:
     from deltalake import DeltaTable
 
     path = layout.live_edit(session_id)
-    if not (path / "_delta_log").is_dir():
+    return DeltaTable(str(path)) if (path / "_delta_log").is_dir() else None
+
+
+def _sorted_events(table: DeltaTable | None) -> pa.Table:
+    if table is None:
         return EDITS_SCHEMA.empty_table()
-    table = DeltaTable(str(path)).to_pyarrow_table()
-    return table.sort_by("edit_id")
+    return table.to_pyarrow_table().sort_by("edit_id")
 
 
 def effective_edits(layout: DatasetLayout, session_id: str) -> list[CellEdit]:
@@ -391,16 +427,58 @@ def _canonical(value: Any, column: str, duck_type: str) -> str | None:
     return str(row[0])
 
 
-def _main_values(dataset: DatasetInfo, base_version: int, row_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Base values of some rows, every column as text, keyed by row_id."""
+def _main_values(
+    dataset: DatasetInfo, base_version: int, row_ids: list[str], columns: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Base values of some rows (``row_id`` and ``columns``, as text), keyed by row_id."""
     if not row_ids:
         return {}
-    columns = reads.table_schema(Path(dataset.path), base_version)
-    select = ", ".join(f"CAST({reads.quote_ident(c.name)} AS VARCHAR) AS {reads.quote_ident(c.name)}" for c in columns)
-    sql = f"SELECT {select} FROM delta_scan(?, version => ?) WHERE row_id IN (SELECT unnest(?::VARCHAR[]))"
-    rows = reads.cursor().execute(sql, [dataset.path, base_version, row_ids]).fetchall()
-    names = [c.name for c in columns]
-    return {r[0]: dict(zip(names, r, strict=True)) for r in rows}
+    return reads.read_rows_as_text(Path(dataset.path), base_version, row_ids, columns)
+
+
+def _seen_base_values(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Base values the session already looked up: rows of ``main`` it edited or deleted.
+
+    An update's ``old_value`` is the cell at the (fixed) base version, so it needs no
+    second lookup; a row that was ever inserted in the session is left out.
+    """
+    inserted = {e["row_id"] for e in events if e["column"] == ROW_MARKER and e["new_value"] == INSERT}
+    seen: dict[str, dict[str, Any]] = {}
+    for e in events:
+        row_id = e["row_id"]
+        if row_id in inserted:
+            continue
+        if e["column"] != ROW_MARKER:
+            seen.setdefault(row_id, {"row_id": row_id})[e["column"]] = e["old_value"]
+        elif e["new_value"] == DELETE:
+            seen.setdefault(row_id, {"row_id": row_id})
+    return seen
+
+
+def _base_rows(
+    dataset: DatasetInfo,
+    info: SessionInfo,
+    schema: dict[str, str],
+    stored: list[dict[str, Any]],
+    inserted: set[str],
+    ops: list[EditOp],
+) -> dict[str, dict[str, Any]]:
+    """The base rows ``ops`` need, with the cells they touch, looking up only what is new."""
+    needed: dict[str, set[str]] = {}
+    for op in ops:
+        if isinstance(op, SetCell | DeleteRow | UndoCell) and op.row_id not in inserted:
+            if isinstance(op, UndoCell) and op.column is None:
+                continue  # undoing a row marker needs no base value
+            columns = needed.setdefault(op.row_id, set())
+            if isinstance(op, SetCell | UndoCell) and op.column in schema:
+                columns.add(op.column)
+    seen = _seen_base_values(stored) if needed else {}
+    base = {r: seen[r] for r, columns in needed.items() if r in seen and columns <= seen[r].keys()}
+    missing = [r for r in needed if r not in base]
+    if missing:
+        wanted = sorted(set().union(*(needed[r] for r in missing)))
+        base.update(_main_values(dataset, info.base_version, missing, wanted))
+    return base
 
 
 def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: User) -> int:
@@ -439,12 +517,12 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
     schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), info.base_version)}
-    stored = _stored_events(layout, info)
+    cached = _cached(layout, info)
+    stored = cached.events
     current = {(e.row_id, e.column): e for e in _fold(stored)}
     inserted = {e.row_id for e in current.values() if e.change == "insert"}
     deleted = {e.row_id for e in current.values() if e.change == "delete" and e.column is None}
-    wanted = [op.row_id for op in ops if isinstance(op, SetCell | DeleteRow | UndoCell)]
-    base = _main_values(dataset, info.base_version, [r for r in wanted if r not in inserted])
+    base = _base_rows(dataset, info, schema, stored, inserted, ops)
 
     events: list[dict[str, Any]] = []
     for op in ops:
@@ -471,8 +549,8 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
                 _require_column(schema, op.column)
                 original = None if op.row_id in inserted else _require_row(base, op.row_id, dataset)[op.column]
                 events.append(_event(info, actor, op.row_id, op.column, original, original))
-    updated = _append(layout, info, events)
-    _events_cache[session_id] = (updated.last_activity, stored + events)
+    updated, table = _append(layout, info, events, cached.table)
+    _events_cache[session_id] = _Cached(updated.last_activity, stored + events, table)
     return len(_fold(stored + events))
 
 
@@ -527,7 +605,7 @@ def _add_row(
             raise InvalidInput(
                 f"a new row needs a value for the key column {dataset.key_column!r}", field=dataset.key_column
             )
-        if row_id in inserted or _main_values(dataset, info.base_version, [row_id]):
+        if row_id in inserted or _main_values(dataset, info.base_version, [row_id], []):
             raise InvalidInput(f"a row with key {row_id!r} already exists", field=dataset.key_column)
     else:
         row_id = str(uuid.uuid4())

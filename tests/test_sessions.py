@@ -284,3 +284,104 @@ def test_session_start_and_discard_are_audited(ctx: Ctx) -> None:
     assert ("session_discarded", ctx.session.session_id, "changed my mind") in events
     assert ("session_started", ctx.session.session_id, None) in events
     assert not layout_for("demo", "people").session_dir(ctx.session.session_id).exists()
+
+
+def test_a_second_edit_of_a_cell_reuses_its_base_value(ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(ctx.catalog, sid, [SetCell("2", "age", "30")], actor=ctx.ed)
+
+    def no_lookup(*args: object) -> None:
+        raise AssertionError("main was read again")
+
+    # The session's own event holds the base value: neither an edit nor a delete reads main.
+    monkeypatch.setattr(sessions, "_main_values", no_lookup)
+    sessions.apply_edits(
+        ctx.catalog, sid, [SetCell("2", "age", "31"), DeleteRow("2"), UndoCell("2", None)], actor=ctx.ed
+    )
+    assert ctx.edits() == [sessions.CellEdit("2", "age", "22", "31", "update")]
+    with pytest.raises(AssertionError, match="main was read again"):
+        sessions.apply_edits(ctx.catalog, sid, [SetCell("2", "name", "x")], actor=ctx.ed)
+
+
+def test_saves_from_two_processes_interleave(ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each process caches the session's events and open table; a save elsewhere invalidates them."""
+    sid = ctx.session.session_id
+    mine: dict[str, object] = {}
+    theirs: dict[str, object] = {}
+    for cache, op in [(mine, SetCell("1", "name", "a")), (theirs, SetCell("2", "name", "b")), (mine, DeleteRow("3"))]:
+        monkeypatch.setattr(sessions, "_events_cache", cache)
+        sessions.apply_edits(ctx.catalog, sid, [op], actor=ctx.ed)
+    assert [(e.row_id, e.column, e.new_value) for e in ctx.edits()] == [
+        ("1", "name", "a"),
+        ("2", "name", "b"),
+        ("3", None, None),
+    ]
+
+
+def test_a_save_is_on_disk_for_a_new_process(ctx: Ctx) -> None:
+    import subprocess
+    import sys
+
+    sid = ctx.session.session_id
+    for value in ("x", "y"):
+        sessions.apply_edits(ctx.catalog, sid, [SetCell("5", "name", value)], actor=ctx.ed)
+    path = layout_for("demo", "people").live_edit(sid)
+    code = (
+        "import sys; from deltalake import DeltaTable; "
+        "print(sorted(DeltaTable(sys.argv[1]).to_pyarrow_table()['new_value'].to_pylist()))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['x', 'y']"
+
+
+def _text_rows(path: Path, version: int, row_ids: list[str]) -> dict[str, dict[str, str | None]]:
+    """Rows by id through delta_scan: more ids than the point-read limit always scan."""
+    padding = [f"no such row {i}" for i in range(reads._POINT_READ_MAX_IDS)]
+    return reads.read_rows_as_text(path, version, row_ids + padding)
+
+
+def test_row_locator_reads_what_delta_scan_reads(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    _switch(world.env, monkeypatch)
+    path = layout_for("demo", "people").main
+    ids = [str(i) for i in range(1, 21)]
+    scanned = _text_rows(path, 0, ids)
+    assert scanned["7"] == {
+        "row_id": "7",
+        "id": "7",
+        "name": "name 7",
+        "age": "27",
+        "score": "10.5",
+        "joined": "2024-01-07",
+    }
+    # The first point lookup of a version scans, the second builds its locator.
+    for _ in range(2):
+        assert reads.read_rows_as_text(path, 0, ["7", "nope"], ["age"]) == {"7": {"row_id": "7", "age": "27"}}
+    assert reads._locators[(str(path), 0)] is not None
+    for row_id in ids:
+        assert reads.read_rows_as_text(path, 0, [row_id]) == {row_id: scanned[row_id]}
+    assert reads.read_rows_as_text(path, 0, ["3", "nope"], []) == {"3": {"row_id": "3"}}
+    with pytest.raises(InvalidInput, match="unknown column 'nope'"):
+        reads.read_rows_as_text(path, 0, ["3"], ["nope"])
+
+
+def test_row_locator_honours_deletion_vectors_and_versions(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from core.engine import delta_ref, main_table_properties_sql
+
+    path = tmp_path / "dv"
+    rows = spark.range(200).selectExpr("cast(id as string) as row_id", "id", "timestamp'2024-05-06 07:08:09' as at")
+    rows.createOrReplaceTempView("dv_rows")
+    props = main_table_properties_sql()
+    spark.sql(f"CREATE TABLE {delta_ref(path)} USING DELTA TBLPROPERTIES ({props}) AS SELECT * FROM dv_rows")
+    spark.sql(f"DELETE FROM {delta_ref(path)} WHERE id % 10 = 0")
+    spark.sql(f"UPDATE {delta_ref(path)} SET id = -id WHERE id % 10 = 5")
+    assert any(f.name.startswith("deletion_vector") for f in path.iterdir())
+    ids = [str(i) for i in range(0, 200, 5)]
+    for version in (0, 1, 2):
+        scanned = _text_rows(path, version, ids)
+        reads.read_rows_as_text(path, version, ["1"])  # first lookup of the version: a scan
+        located = {r: row for r in ids for r, row in reads.read_rows_as_text(path, version, [r]).items()}
+        assert reads._locators[(str(path), version)] is not None
+        assert located == scanned
+    assert "10" not in located and located["15"]["id"] == "-15"
+    assert located["15"]["at"] == scanned["15"]["at"] == "2024-05-06 07:08:09+00"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 
 from bench._data import APPROVER, PROJECT, READER, ensure_approver, ensure_customers
-from bench._harness import BenchConfig, Timing, WorkloadResult, time_call, expect
+from bench._harness import BenchConfig, Timing, WorkloadResult, expect, time_call
 
 NAME = "approve"
 CELLS = 10_000

@@ -1,0 +1,304 @@
+"""Browser tests of the core loop: an editor edits grid cells and submits, an approver reviews and merges.
+
+The data editor is a Glide data grid drawn on a canvas. Its accessible mirror (a hidden
+``table[role='grid']``) says which cell is selected and what each visible cell holds, but
+not where a cell is drawn; so a cell is found by selecting it with the keyboard and
+opening Glide's editor overlay, which Glide places exactly over the cell. The test then
+double-clicks that spot, types and presses Enter, as a person would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
+    from conftest import DemoWorkspace, OreoServer
+
+Settle = Callable[..., None]
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+ROW_PX = 35  # the Table page's grid row height
+SLOW_MS = 600_000  # staging with Spark, GX and a Spark MERGE on a busy 2-core machine
+APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+PLANS = ["free", "starter", "pro", "enterprise"]
+# Replaces the demo's default suite: ids stay critical, and a plan outside the known ones is a warning.
+RULES = {
+    "name": "customers",
+    "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "row_id"}, "severity": "critical"},
+        {"type": "expect_column_values_to_be_unique", "kwargs": {"column": "row_id"}, "severity": "critical"},
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "plan", "value_set": PLANS},
+            "severity": "warning",
+        },
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def review_server(start_oreo: Callable[..., OreoServer], tmp_path_factory: pytest.TempPathFactory) -> OreoServer:
+    """A server of its own (its edits and merges must not leak into other tests), with RULES set.
+
+    The rules are set through the real CLI on this server's copy of the workspace, before
+    any browser opens it; the app reads the suite when a request is submitted.
+    """
+    server = start_oreo("edit-review")
+    suite = tmp_path_factory.mktemp("rules") / "suite.json"
+    suite.write_text(json.dumps(RULES))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
+    env.pop("SPARK_REMOTE", None)
+    env.update(
+        DELTA_DATA_ROOT=str(server.data_root),
+        OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
+    )
+    oreo = Path(sys.executable).parent / "oreo"
+    done = subprocess.run(
+        [str(oreo), "--json", "rules", "set", "demo", "customers", "--file", str(suite)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(json.loads(done.stdout)["expectations"]) == len(RULES["expectations"])
+    return server
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def wait_idle(page: Page) -> None:
+    expect(page.locator(APP_IDLE)).to_be_attached(timeout=SLOW_MS)
+
+
+def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
+    page.get_by_role("textbox", name="Username").press_sequentially(username)
+    page.get_by_role("textbox", name="Password").press_sequentially(password)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    settle(page, page.get_by_role("heading", name="Datasets"))
+
+
+def open_table(page: Page, settle: Settle, total: int) -> None:
+    page.get_by_role("link", name="Table").click()
+    settle(page, page.get_by_test_id("stCaptionContainer").filter(has_text="Rows "), f"Rows 1–50 of {total:,}")
+
+
+def choose(page: Page, key: str, option: str) -> None:
+    """Pick an option in the selectbox with widget key ``key`` by typing it, as a person would."""
+    combobox = page.locator(f".st-key-{key}").get_by_role("combobox")
+    combobox.click()
+    combobox.press_sequentially(option)
+    page.get_by_role("option", name=option, exact=True).click()
+    expect(combobox).to_have_value(option)
+
+
+def editor(page: Page) -> Locator:
+    """The Table page's data editor (its key changes after every save)."""
+    return page.locator("[class*='st-key-table_editor_'] [data-testid='stDataFrame']")
+
+
+def column_index(grid: Locator, name: str) -> int:
+    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}$"))
+    return int(header.get_attribute("aria-colindex") or 0)
+
+
+def cell(grid: Locator, row: int, name: str) -> Locator:
+    """A visible cell of a grid's accessible mirror, by 0-based data row and column name."""
+    return grid.locator(f"tr[aria-rowindex='{row + 2}'] td[aria-colindex='{column_index(grid, name)}']")
+
+
+def marker(page: Page, row: int) -> Locator:
+    return cell(editor(page), row, "change")
+
+
+def cell_centre(page: Page, row: int, name: str) -> tuple[float, float]:
+    """Where Glide draws a cell of the editor: select it by keyboard, read its editor overlay, cancel."""
+    grid = editor(page)
+    target = column_index(grid, name)
+    box = grid.locator("canvas").first.bounding_box()
+    assert box is not None
+    # The read-only "change" column comes right after the narrow row-marker column.
+    page.mouse.click(box["x"] + 50, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
+    selected = grid.locator("td[aria-selected='true']")
+    expect(selected).to_have_attribute("aria-colindex", "1")
+    for _ in range(target - 1):
+        page.keyboard.press("ArrowRight")
+    expect(selected).to_have_attribute("aria-colindex", str(target))
+    expect(selected).to_have_attribute("id", re.compile(rf"-{row}$"))
+    page.keyboard.press("Enter")
+    overlay = page.locator("[id^='gdg-overlay-']")
+    expect(overlay).to_be_visible()
+    where = overlay.bounding_box()
+    assert where is not None
+    page.keyboard.press("Escape")
+    expect(overlay).to_have_count(0)
+    return where["x"] + where["width"] / 2, where["y"] + where["height"] / 2
+
+
+def type_into_cell(page: Page, row: int, name: str, text: str) -> None:
+    """Double-click a cell of the editor, replace its text and press Enter; wait until it is saved."""
+    x, y = cell_centre(page, row, name)
+    page.mouse.dblclick(x, y)
+    field = page.locator("[id^='gdg-overlay-']").locator("textarea, input")
+    expect(field).to_be_focused()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type(text)
+    page.keyboard.press("Enter")
+    expect(field).to_have_count(0)
+    # Saved: the page reran with a fresh editor that shows the stored edit, marked.
+    expect(marker(page, row)).to_have_text("✎ edited", timeout=SLOW_MS)
+    expect(cell(editor(page), row, name)).to_have_text(text)
+    wait_idle(page)
+
+
+def alert(page: Page, text: str) -> Locator:
+    return page.get_by_test_id("stAlertContainer").filter(has_text=text)
+
+
+def submit_request(page: Page, title: str) -> str:
+    """Submit the pending edits through the dialog; returns the new change request's id."""
+    page.get_by_role("button", name="Submit change request").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    wait_idle(page)
+    dialog.get_by_role("textbox", name="Title").press_sequentially(title)
+    dialog.get_by_role("textbox", name="Description").press_sequentially("Checked with the customer.")
+    dialog.get_by_role("button", name="Submit", exact=True).click()
+    done = alert(page, "Submitted change request")
+    expect(done).to_be_visible(timeout=SLOW_MS)
+    wait_idle(page)
+    expect(dialog).to_have_count(0)
+    found = re.search(r"cr_[0-9a-f]+", done.inner_text())
+    assert found, done.inner_text()
+    return found.group(0)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_editor_edits_and_submits_then_an_approver_merges(
+    review_server: OreoServer,
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+) -> None:
+    page = new_page(review_server.url)
+    sign_in(page, "editor", demo_workspace.passwords["editor"], settle)
+    # Editors submit; only approvers review.
+    expect(page.get_by_role("link", name="My requests")).to_be_visible()
+    expect(page.get_by_role("link", name="Review")).to_have_count(0)
+    open_table(page, settle, demo_workspace.rows)
+
+    grid = editor(page)
+    customer = cell(grid, 0, "customer_id").inner_text()
+    old_plan = cell(grid, 0, "plan").inner_text()
+    old_name = cell(grid, 2, "first_name").inner_text()
+    assert old_plan in PLANS
+    expect(marker(page, 0)).to_have_text("")
+    expect(page.locator(".st-key-table_preview")).to_have_count(0)
+
+    type_into_cell(page, 0, "plan", "platinum")
+    type_into_cell(page, 2, "first_name", "Zoë")
+
+    expect(marker(page, 1)).to_have_text("")
+    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="pending edit")).to_contain_text(
+        "2 pending edit(s)"
+    )
+    # The read-only preview repeats the two changed rows, highlighted.
+    preview = page.locator(".st-key-table_preview [data-testid='stDataFrame']")
+    expect(preview.locator("table[role='grid']")).to_have_attribute("aria-rowcount", "3")
+    expect(cell(preview, 0, "plan")).to_have_text("platinum")
+    expect(cell(preview, 1, "first_name")).to_have_text("Zoë")
+
+    cr_id = submit_request(page, "Platinum for one customer")
+    # GX ran at submit: the unknown plan is a warning.
+    expect(alert(page, cr_id)).to_contain_text("warning")
+    # Submitted edits leave the grid; main is unchanged until an approver merges.
+    expect(marker(page, 0)).to_have_text("")
+    expect(cell(editor(page), 0, "plan")).to_have_text(old_plan)
+    expect(cell(editor(page), 2, "first_name")).to_have_text(old_name)
+
+    page.get_by_role("link", name="My requests").click()
+    settle(page, page.get_by_role("heading", name="My requests"))
+    expect(page.locator(f".st-key-request_{cr_id}")).to_contain_text("Platinum for one customer")
+    expect(page.get_by_role("button", name="Withdraw")).to_have_count(1)
+
+    # ---- the approver
+    page = new_page(review_server.url)
+    sign_in(page, "approver", demo_workspace.passwords["approver"], settle)
+    page.get_by_role("link", name="Review").click()
+    settle(page, page.get_by_role("heading", name="Platinum for one customer"))
+    expect(page.get_by_test_id("stCaptionContainer").filter(has_text=cr_id)).to_contain_text("by editor")
+
+    diff = page.locator(".st-key-review_changes [data-testid='stDataFrame']")
+    expect(diff.locator("table[role='grid']")).to_have_attribute("aria-rowcount", "3")  # two cells + header
+    rows = {
+        (cell(diff, i, "column").inner_text(), cell(diff, i, "old").inner_text(), cell(diff, i, "new").inner_text())
+        for i in range(2)
+    }
+    assert rows == {("plan", old_plan, "platinum"), ("first_name", old_name, "Zoë")}
+    checks = page.locator(".st-key-review_checks")
+    expect(checks).to_contain_text(re.compile(r"Data checks: .*warning"))
+    expect(checks).to_contain_text("expect_column_values_to_be_in_set")
+    expect(checks).to_contain_text("on plan · 1 unexpected value(s)")
+    expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
+
+    approve = page.get_by_role("button", name="Approve", exact=True)
+    expect(approve).to_be_enabled()
+    approve.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    wait_idle(page)
+    dialog.get_by_role("textbox", name="Comment (optional)").press_sequentially("Confirmed by phone.")
+    dialog.get_by_role("button", name="Approve and merge").click()
+    expect(alert(page, f"Merged {cr_id}")).to_contain_text("into demo/customers as version 1", timeout=SLOW_MS)
+    wait_idle(page)
+    expect(page.get_by_text("No open change requests to review.")).to_be_visible()
+
+    open_table(page, settle, demo_workspace.rows)
+    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="Rows ")).to_contain_text("version 1")
+    # A MERGE rewrites the rows it changes, so the natural order moved on; sorting by the key restores it.
+    choose(page, "table_sort_col", "customer_id")
+    wait_idle(page)
+    grid = editor(page)
+    expect(cell(grid, 0, "customer_id")).to_have_text(customer)
+    expect(cell(grid, 0, "plan")).to_have_text("platinum")
+    expect(cell(grid, 2, "first_name")).to_have_text("Zoë")
+    expect(cell(grid, 1, "first_name")).not_to_have_text("Zoë")
+
+
+def test_the_author_of_a_request_gets_no_approve_action(
+    review_server: OreoServer,
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+) -> None:
+    page = new_page(review_server.url)
+    sign_in(page, "approver", demo_workspace.passwords["approver"], settle)
+    open_table(page, settle, demo_workspace.rows)
+    type_into_cell(page, 4, "city", "Lyon")
+    cr_id = submit_request(page, "Move one customer to Lyon")
+
+    page.get_by_role("link", name="Review").click()
+    settle(page, page.get_by_role("heading", name="Move one customer to Lyon"))
+    expect(page.get_by_test_id("stCaptionContainer").filter(has_text=cr_id)).to_contain_text("by approver")
+    expect(page.get_by_text("authors cannot approve their own request")).to_be_visible()
+    expect(page.get_by_role("button", name="Approve", exact=True)).to_have_count(0)
+    expect(page.get_by_role("button", name="Approve and merge")).to_have_count(0)
+    # The diff is still there to read.
+    diff = page.locator(".st-key-review_changes [data-testid='stDataFrame']")
+    expect(cell(diff, 0, "new")).to_have_text("Lyon")

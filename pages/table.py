@@ -219,9 +219,10 @@ with oreo_errors():
 
     ops = editing.grid_ops(st.session_state.get(key) or {}, frame, types)
     if ops:
-        # Not saved when core refuses it: the error shows, and the grid keeps the value to fix.
-        save(ops)
-        st.rerun()
+        # Not saved when core refuses it: the error shows under the grid, which keeps the value to fix.
+        with oreo_errors():
+            save(ops)
+            st.rerun()
 
     changed = editing.changed_rows(page.rows)
     if len(changed):
@@ -240,19 +241,20 @@ with oreo_errors():
                 column_config={editing.MARK_COLUMN: st.column_config.TextColumn("change", width="small")},
             )
 
-    with st.expander(f"Pending edits ({len(pending)})", icon=":material/edit_note:", expanded=False):
+    with st.expander(f"Pending edits ({len(pending)})", icon=":material/edit_note:", key="table_pending"):
         if not pending:
             st.write("No pending edits. Change a cell in the grid to start.")
         for edit in pending[:PENDING_SHOWN]:
             text, undo = st.columns([8, 1], vertical_alignment="center")
             text.markdown(pending_label(edit))
             if undo.button("Undo", key=f"undo_{edit.row_id}_{edit.column or ''}", icon=":material/undo:"):
-                save([sessions.UndoCell(edit.row_id, edit.column)])
-                st.rerun()
+                with oreo_errors():
+                    save([sessions.UndoCell(edit.row_id, edit.column)])
+                    st.rerun()
         if len(pending) > PENDING_SHOWN:
             st.caption(f"… and {len(pending) - PENDING_SHOWN} more.")
 
-    with st.expander("Add a row", icon=":material/add:"):
+    with st.expander("Add a row", icon=":material/add:", key="table_add"):
         with st.form("table_add_form", border=False):
             st.caption(
                 "A new row is listed after the table's last row."
@@ -266,12 +268,12 @@ with oreo_errors():
                 )
             add = st.form_submit_button("Add row", type="primary", key="table_add_submit")
         if add:
-            row = {name: value for name, value in values.items() if value != ""}
-            save([sessions.AddRow(row)])
-            for name in values:  # kept when core refused the row, cleared once it is saved
-                st.session_state.pop(f"table_add_{name}", None)
-            st.session_state["table_goto_last"] = True
-            st.rerun()
+            with oreo_errors():
+                save([sessions.AddRow({name: value for name, value in values.items() if value != ""})])
+                for name in values:  # kept when core refused the row, cleared once it is saved
+                    st.session_state.pop(f"table_add_{name}", None)
+                st.session_state["table_goto_last"] = True
+                st.rerun()
 
     if session is not None and dialog_value("submit"):
         submit_dialog(session.session_id, len(pending))

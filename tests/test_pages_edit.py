@@ -154,6 +154,9 @@ def test_a_refused_edit_is_shown_and_not_saved(workspace: Catalog, changes: dict
     assert not at.exception
     assert has_text(at.error, message), texts(at.error)
     assert pending(workspace, "erin") == []
+    # The error stands under the grid; the rest of the page is still there.
+    assert "Pending edits (0)" in _expander_labels(at)
+    assert "table_add_submit" in button_keys(at)
 
 
 def test_deleting_rows_in_the_grid_marks_them(workspace: Catalog) -> None:

@@ -1,4 +1,4 @@
-"""The signed-in user's own change requests; open ones can be withdrawn."""
+"""The signed-in user's own change requests; open ones can be withdrawn or re-submitted on the current version."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from app.components import (
     show_flash,
     status_badge,
 )
-from core.change_requests import ChangeRequest, CRState, list_change_requests, withdraw_change_request
+from core import datasets
+from core.change_requests import (
+    ChangeRequest,
+    CRState,
+    list_change_requests,
+    resubmit_change_request,
+    withdraw_change_request,
+)
 
 STATES = ["all", *(s.value for s in CRState)]
 
@@ -80,14 +87,25 @@ with oreo_errors():
     if open_ones:
         st.subheader("Open", anchor=False)
     for cr in open_ones:
+        current = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user).version or 0
         with st.container(border=True, key=f"request_{cr.id}"):
-            text, action = st.columns([6, 1], vertical_alignment="center")
+            text, action, again = st.columns([5, 1, 1.4], vertical_alignment="center")
             text.markdown(
                 f"**{cr.title}** · `{cr.id}` · {cr.project_id}/{cr.dataset_id} · "
                 f"{cr.rows} row(s), {cr.cells} cell(s) · checks {status_badge(getattr(cr, 'validation_status', None))}"
             )
             if cr.description:
                 text.caption(cr.description)
+            if current > cr.base_version:
+                text.caption(
+                    f"Based on version {cr.base_version}; the table is now at version {current}. "
+                    "Re-submit to have it reviewed against the current data."
+                )
+                if again.button(f"Re-submit on v{current}", key=f"resubmit_{cr.id}", icon=":material/sync:"):
+                    with st.spinner("Re-staging and validating your changes..."):
+                        fresh = resubmit_change_request(catalog(), cr.id, actor=user)
+                    flash(f"Re-submitted `{cr.id}` as `{fresh.id}` on version {fresh.base_version}.", kind="info")
+                    st.rerun()
             if action.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
                 open_dialog("withdraw", cr.id)
 

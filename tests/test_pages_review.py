@@ -233,3 +233,22 @@ def test_conflicts_block_approval(workspace: Catalog, ids: dict[str, str]) -> No
     assert conflicts.to_dict("records") == [
         {"row_id": "1003", "column": "plan", "version": 1, "reason": "also changed"}
     ]
+
+
+def test_a_stale_request_is_resubmitted_on_the_current_version(workspace: Catalog, ids: dict[str, str]) -> None:
+    merge.approve_change_request(workspace, ids["own"], actor=user(workspace, "abe"))
+    at = signed_in("eve", REQUESTS_PAGE)
+    assert f"resubmit_{ids['fail']}" in button_keys(at)
+    assert has_text(at.caption, "Based on version 0; the table is now at version 1.")
+
+    at.button(key=f"resubmit_{ids['mine']}").click().run(timeout=600)
+
+    assert not at.exception and not at.error, texts(at.error)
+    old = change_requests.get_change_request(workspace, ids["mine"], actor=user(workspace, "abe"))
+    assert old.state == CRState.WITHDRAWN and old.close_reason and old.close_reason.startswith("re-submitted as ")
+    fresh_id = old.close_reason.removeprefix("re-submitted as ")
+    assert has_text(at.info, f"Re-submitted `{ids['mine']}` as `{fresh_id}` on version 1.")
+    fresh = change_requests.get_change_request(workspace, fresh_id, actor=user(workspace, "abe"))
+    assert (fresh.state, fresh.base_version) == (CRState.OPEN, 1)
+    assert merge.find_conflicts(workspace, fresh_id, actor=user(workspace, "abe")) == []
+    assert f"resubmit_{fresh_id}" not in button_keys(at)

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 
 from core import audit, engine, reads, validation
 from core.auth import SYSTEM, Role, User, memberships, require_role
@@ -252,13 +252,21 @@ def sync_dataset(
                 raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset")
             row = DatasetRow(project_id=project_id, dataset_id=dataset_id, key_column=key_column, created_by=created_by)
             s.add(row)
-        # Commits from concurrent processes may be synced out of order; never go back.
-        if row.delta_version is None or version >= row.delta_version:
-            row.delta_version = version
-            row.last_commit_id = commit.commit_id
-            row.last_commit_at = utcnow()
-            row.row_count = rows
+            s.flush()
+        # Commits from concurrent processes may be synced out of order; the database
+        # compares and writes in one statement, so the recorded version never goes back.
+        s.execute(
+            update(DatasetRow)
+            .where(
+                DatasetRow.project_id == project_id,
+                DatasetRow.dataset_id == dataset_id,
+                or_(DatasetRow.delta_version.is_(None), DatasetRow.delta_version <= version),
+            )
+            .values(delta_version=version, last_commit_id=commit.commit_id, last_commit_at=utcnow(), row_count=rows)
+            .execution_options(synchronize_session=False)
+        )
         s.flush()
+        s.refresh(row)
         return _info(row)
 
 

@@ -212,9 +212,9 @@ def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit
         reraise=True,
     ):
         with attempt:
-            if attempt.retry_state.attempt_number > 1:
-                # Someone committed in between: their change may touch our cells.
-                _raise_on_conflicts(record, main, staging)
+            # Checked again right before every attempt: a commit may have landed since the
+            # first check (during validation) or, on a retry, while the MERGE ran.
+            _raise_on_conflicts(record, main, staging)
             _merge_once(record, main, staging, commit)
 
 

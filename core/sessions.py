@@ -360,10 +360,17 @@ def _fold(events: list[dict[str, Any]]) -> list[CellEdit]:
     """Net changes of ``events`` (oldest first): the newest event per cell wins."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     ever_inserted: set[str] = set()
+    cells_of: dict[str, set[str]] = {}
     for event in events:
-        latest[(event["row_id"], event["column"])] = event
-        if event["column"] == ROW_MARKER and event["new_value"] == INSERT:
-            ever_inserted.add(event["row_id"])
+        row_id, column = event["row_id"], event["column"]
+        if column == ROW_MARKER and event["new_value"] == INSERT:
+            ever_inserted.add(row_id)
+            # A (re-)insert starts from empty cells: those of an earlier, undone insert are gone.
+            for earlier in cells_of.pop(row_id, set()):
+                latest.pop((row_id, earlier), None)
+        elif column != ROW_MARKER:
+            cells_of.setdefault(row_id, set()).add(column)
+        latest[(row_id, column)] = event
     markers = {rid: e["new_value"] for (rid, col), e in latest.items() if col == ROW_MARKER and e["new_value"]}
     edits: list[CellEdit] = []
     for (row_id, column), e in sorted(latest.items()):

@@ -34,7 +34,7 @@ SERVER_START_TIMEOUT = 90.0
 # Cold reads (DuckDB loading its Delta extension) can take several seconds on a busy machine.
 UI_TIMEOUT_MS = 60_000
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-expect.set_options(timeout=30_000)  # every expect() polls; this bounds how long
+expect.set_options(timeout=120_000)  # every expect() polls; a busy 2-core machine can need minutes
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ one JSON document on stdout. Exit codes: 0 success, 1 refused or failed (one lin
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -17,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from core import auth, change_requests, datasets, projects, sessions
+from core import auth, change_requests, datasets, engine, projects, sessions
 from core.catalog import Catalog, open_catalog
 from core.errors import InvalidInput, OreoError
 from core.reads import RowFilter
@@ -677,5 +678,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run() -> None:
+    """The console script: run ``main`` and leave with its exit code.
+
+    delta-rs may abort the interpreter while it shuts down after a successful command
+    ("terminate called without an active exception", delta-io/delta-rs#2184), which
+    would turn a done job into exit code 134 for cron. So Spark is stopped, output is
+    flushed, and the process ends right away with the command's own code.
+    """
+    code = main()
+    try:
+        engine.stop_spark()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -120,10 +120,6 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
     )
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _write_staging(
     main: Path, staging: Path, base_version: int, edits: list[CellEdit], commit: engine.CommitInfo
 ) -> None:
@@ -139,18 +135,20 @@ def _write_staging(
     spark.createDataFrame(cells, "row_id string, col string, val string").createOrReplaceTempView(f"{view}_cells")
     base.createOrReplaceTempView(f"{view}_base")
     pivot = ", ".join(
-        f"max(CASE WHEN col = {_sql_string(name)} THEN val END) AS `v_{i}`, "
-        f"max(CASE WHEN col = {_sql_string(name)} THEN 1 ELSE 0 END) AS `s_{i}`"
+        f"max(CASE WHEN col = {engine.spark_string(name)} THEN val END) AS `v_{i}`, "
+        f"max(CASE WHEN col = {engine.spark_string(name)} THEN 1 ELSE 0 END) AS `s_{i}`"
         for i, (name, _) in enumerate(columns)
     )
     values = ", ".join(
-        f"CASE WHEN p.`s_{i}` = 1 THEN CAST(p.`v_{i}` AS {dtype}) ELSE b.`{name.replace('`', '``')}` END "
-        f"AS `{name.replace('`', '``')}`"
+        f"CASE WHEN p.`s_{i}` = 1 THEN CAST(p.`v_{i}` AS {dtype}) ELSE b.{engine.spark_ident(name)} END "
+        f"AS {engine.spark_ident(name)}"
         for i, (name, dtype) in enumerate(columns)
     )
     changed = (
         "filter(array("
-        + ", ".join(f"CASE WHEN p.`s_{i}` = 1 THEN {_sql_string(name)} END" for i, (name, _) in enumerate(columns))
+        + ", ".join(
+            f"CASE WHEN p.`s_{i}` = 1 THEN {engine.spark_string(name)} END" for i, (name, _) in enumerate(columns)
+        )
         + "), x -> x IS NOT NULL)"
     )
     sql = (

@@ -50,16 +50,15 @@ class Relation:
 
 
 def _changes_sql(before: Relation, after: Relation, columns: list[str]) -> tuple[str, list[Any]]:
-    q = reads.quote_ident
+    q, lit = reads.quote_ident, reads.quote_literal
     cols = [c for c in columns if c != "row_id"]
     text_b = ", ".join(f"CAST(b.{q(c)} AS VARCHAR) AS {q('b_' + str(i))}" for i, c in enumerate(cols))
     text_a = ", ".join(f"CAST(a.{q(c)} AS VARCHAR) AS {q('a_' + str(i))}" for i, c in enumerate(cols))
-    row_b = "json_object(" + ", ".join(f"'{c.replace(chr(39), chr(39) * 2)}', b.{q(c)}" for c in columns) + ")"
-    row_a = "json_object(" + ", ".join(f"'{c.replace(chr(39), chr(39) * 2)}', a.{q(c)}" for c in columns) + ")"
+    row_b = "json_object(" + ", ".join(f"{lit(c)}, b.{q(c)}" for c in columns) + ")"
+    row_a = "json_object(" + ", ".join(f"{lit(c)}, a.{q(c)}" for c in columns) + ")"
     differs = " OR ".join(f"{q('b_' + str(i))} IS DISTINCT FROM {q('a_' + str(i))}" for i in range(len(cols)))
     cells = ", ".join(
-        f"{{'c': '{c.replace(chr(39), chr(39) * 2)}', 'o': {q('b_' + str(i))}, 'n': {q('a_' + str(i))}}}"
-        for i, c in enumerate(cols)
+        f"{{'c': {lit(c)}, 'o': {q('b_' + str(i))}, 'n': {q('a_' + str(i))}}}" for i, c in enumerate(cols)
     )
     sql = f"""
         WITH b AS ({before.sql}), a AS ({after.sql}),
@@ -125,3 +124,60 @@ def diff(before: Relation, after: Relation, columns: list[str], *, limit: int = 
         for r in rows
     ]
     return DiffPage(changes=changes, total=total)
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """Rows a whole diff inserts, updates (one or more cells) and deletes."""
+
+    inserted: int
+    updated: int
+    deleted: int
+
+
+def counted_diff(
+    before: Relation, after: Relation, columns: list[str], *, limit: int = 100, offset: int = 0
+) -> tuple[DiffPage, RowCounts]:
+    """One page of the diff (as ``diff``) and the row counts of the whole diff, in one query.
+
+    The changes are materialised once, so the page, ``total`` and the counts all come
+    from a single pass over ``before`` and ``after``.
+
+    Raises:
+        InvalidInput: Bad limit or offset.
+        EngineError: DuckDB could not read the tables.
+    """
+    if not 1 <= int(limit) <= 10_000:
+        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
+    if int(offset) < 0:
+        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    body, params = _changes_sql(before, after, columns)
+    sql = f"""
+        WITH body AS MATERIALIZED ({body}),
+        counts AS (
+            SELECT count(*) AS total,
+                   count(*) FILTER (WHERE change = 'insert') AS inserted,
+                   count(DISTINCT row_id) FILTER (WHERE change = 'update') AS updated,
+                   count(*) FILTER (WHERE change = 'delete') AS deleted
+            FROM body
+        ),
+        page AS (SELECT * FROM body ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?)
+        SELECT page.*, counts.* FROM counts LEFT JOIN page ON true ORDER BY page.row_id, page.col NULLS FIRST
+    """
+    try:
+        rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
+    total, inserted, updated, deleted = (int(v) for v in rows[0][5:9])
+    changes = [
+        Change(
+            row_id=r[0],
+            change=r[1],
+            column=r[2],
+            old=json.loads(r[3]) if r[1] == "delete" else r[3],
+            new=json.loads(r[4]) if r[1] == "insert" else r[4],
+        )
+        for r in rows
+        if r[0] is not None
+    ]
+    return DiffPage(changes=changes, total=total), RowCounts(inserted=inserted, updated=updated, deleted=deleted)

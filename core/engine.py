@@ -133,9 +133,19 @@ def stop_spark() -> None:
             _spark = None
 
 
+def spark_ident(name: str) -> str:
+    """A column name quoted for Spark SQL (backticks escaped)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spark_string(value: str) -> str:
+    """A string literal for Spark SQL (backslashes and quotes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def delta_ref(path: Path | str) -> str:
     """``delta.`path``` for Spark SQL, with backticks escaped."""
-    return "delta.`" + str(path).replace("`", "``") + "`"
+    return "delta." + spark_ident(str(path))
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,17 @@ Approval runs, in order:
    userMetadata carries the ``cr_id``, the approver and the validation run id;
 5. catalog sync, audit event, and removal of the staging table and the session.
 
-Exactly once: the MERGE runs with Delta's idempotent transaction id
-(``txnAppId = oreo-<cr_id>``, ``txnVersion = 1``), so Delta itself skips a second
-attempt; and before merging, the log is searched for a commit of this ``cr_id``, so a
-retry after a crash between the commit and the catalog update only finishes the
-bookkeeping. The staging table is deleted only after the commit.
+Exactly once: before merging, the log is searched for a commit of this ``cr_id``, so a
+retry (after a crash between the commit and the catalog update, or a double click) only
+finishes the bookkeeping. The staging table is deleted only after the commit.
 
-Concurrency: delta-spark's optimistic-concurrency exceptions are retried with backoff,
-and each retry first looks for conflicts again, so a concurrent commit to the same
-cells ends in a ``ConflictError``, never in a silent overwrite.
+No unchecked overwrite: conflicts are checked right before every MERGE attempt, and the
+MERGE carries Delta's idempotent transaction id (``txnAppId = oreo-merge``,
+``txnVersion`` = the checked table version + 1). If another Oreo merge landed after the
+check, Delta skips this MERGE (its snapshot has seen a newer txn version) or fails it
+with ``ConcurrentTransactionException``; either way the attempt is retried with backoff
+after a fresh conflict check, as are delta-spark's other optimistic-concurrency
+exceptions. A concurrent change to the same cells therefore ends in a ``ConflictError``.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ class ChangeRequestMerged(audit.AuditEvent):
     version: int
     commit_id: str
     validation_run_id: str | None
+
+
+def _retryable() -> tuple[type[BaseException], ...]:
+    """What a MERGE attempt may raise that a fresh attempt can fix."""
+    return (*_concurrency_exceptions(), _TableMoved)
 
 
 def _concurrency_exceptions() -> tuple[type[BaseException], ...]:
@@ -179,8 +186,7 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
 
 
 def _merge_sql(main: Path, staging: Path, columns: list[str]) -> str:
-    q = lambda name: "`" + name.replace("`", "``") + "`"  # noqa: E731
-    lit = lambda name: "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"  # noqa: E731
+    q, lit = engine.spark_ident, engine.spark_string
     data = [c for c in columns if c != "row_id"]
     updates = ", ".join(
         f"t.{q(c)} = CASE WHEN array_contains(s.{CHANGED_COLUMN}, {lit(c)}) THEN s.{q(c)} ELSE t.{q(c)} END"
@@ -196,15 +202,34 @@ def _merge_sql(main: Path, staging: Path, columns: list[str]) -> str:
     )
 
 
-def _merge_once(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
+# One Delta transaction id for every Oreo MERGE into a table; its version is the table
+# version the conflict check saw, plus one. Delta skips a write whose txn version its
+# snapshot has already seen, and fails one that races a commit with the same id, so a
+# MERGE whose snapshot is newer than its check never commits unchecked.
+TXN_APP_ID = "oreo-merge"
+
+
+class _TableMoved(Exception):
+    """Delta skipped the MERGE: another Oreo merge landed after the conflict check."""
+
+
+def _merge_once(
+    record: ChangeRequest,
+    main: Path,
+    staging: Path,
+    commit: engine.CommitInfo,
+    checked_version: int | None = None,
+) -> None:
+    """Run the MERGE; Delta skips it if a merge newer than ``checked_version`` (default: base) landed."""
+    checked = record.base_version if checked_version is None else checked_version
     columns = [c.name for c in reads.table_schema(main, engine.latest_version(main))]
     sql = _merge_sql(main, staging, columns)
-    with engine.dml_session(commit, txn=(f"oreo-{record.id}", 1)) as spark:
+    with engine.dml_session(commit, txn=(TXN_APP_ID, checked + 1)) as spark:
         spark.sql(sql).collect()
 
 
 def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
-    retryable = _concurrency_exceptions()
+    retryable = _retryable()
     for attempt in Retrying(
         retry=retry_if_exception_type(retryable),
         stop=stop_after_attempt(MAX_ATTEMPTS),
@@ -212,10 +237,15 @@ def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit
         reraise=True,
     ):
         with attempt:
-            # Checked again right before every attempt: a commit may have landed since the
-            # first check (during validation) or, on a retry, while the MERGE ran.
+            if engine.find_commit(main, record.base_version, cr_id=record.id, action=MERGE_ACTION):
+                return  # a concurrent approval of this request landed it
+            # Checked right before every attempt: a commit may have landed since the first
+            # check (during validation) or, on a retry, while the MERGE ran.
+            checked = engine.latest_version(main)
             _raise_on_conflicts(record, main, staging)
-            _merge_once(record, main, staging, commit)
+            _merge_once(record, main, staging, commit, checked_version=checked)
+            if engine.find_commit(main, checked, cr_id=record.id, action=MERGE_ACTION) is None:
+                raise _TableMoved(f"{main} moved past version {checked} before the MERGE read it")
 
 
 def _raise_on_conflicts(record: ChangeRequest, main: Path, staging: Path) -> None:
@@ -291,7 +321,7 @@ def approve_change_request(
             _merge_with_retries(record, main, staging, commit)
         except (ConflictError, ValidationFailed):
             raise
-        except _concurrency_exceptions() as exc:
+        except _retryable() as exc:
             raise ConflictError(
                 f"change request {cr_id} kept colliding with concurrent commits ({type(exc).__name__}); try again"
             ) from exc

@@ -107,6 +107,11 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def quote_literal(value: str) -> str:
+    """A DuckDB string literal, for names that must be spelled in SQL text (values are bound)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def _scan(version: int | None) -> tuple[str, list[Any]]:
     if version is None:
         return "delta_scan(?)", []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,16 +15,10 @@ from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
 from core.datasets import create_dataset, layout_for
 from core.projects import create_project
+from tests.merge_support import fresh_copy, switch
 from tests.test_cli import assert_one_error_line, run
 
 pytestmark = pytest.mark.spark
-
-
-def _switch(env: dict[str, str], mp: pytest.MonkeyPatch) -> None:
-    for name, value in env.items():
-        mp.setenv(name, value)
-    get_settings.cache_clear()
-    reset_catalogs()
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +28,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
     source = base / "people.csv"
     source.write_text("id,name,age\n" + "".join(f"{i},name {i},{20 + i}\n" for i in range(1, 6)))
     with pytest.MonkeyPatch.context() as mp:
-        _switch(env, mp)
+        switch(env, mp)
         catalog = open_catalog()
         create_project(catalog, "demo")
         for name, role in (("ed", Role.EDITOR), ("al", Role.APPROVER), ("ada", Role.ADMIN)):
@@ -49,11 +42,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
-    work = tmp_path / "work"
-    shutil.copytree(pristine / "delta", work / "delta")
-    shutil.copy2(pristine / "catalog.db", work / "catalog.db")
-    env = {"DELTA_DATA_ROOT": str(work / "delta"), "OREO_DATABASE_URL": f"sqlite:///{work / 'catalog.db'}"}
-    _switch(env, monkeypatch)
+    switch(fresh_copy(pristine, tmp_path), monkeypatch)
     cli.state.json = False
     yield open_catalog()
 

@@ -186,13 +186,6 @@ def test_a_request_landing_during_validation_is_not_overwritten(catalog: Catalog
     assert ms.main_frame().set_index("row_id").loc["1", "name"] == "first"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core bug: the last conflict check and the MERGE are separate steps; a commit landing in "
-        "between is overwritten (Delta's own check starts from the snapshot the MERGE reads)"
-    ),
-)
 def test_a_request_landing_right_before_the_merge_is_not_overwritten(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

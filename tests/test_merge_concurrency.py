@@ -194,11 +194,11 @@ def test_a_request_landing_right_before_the_merge_is_not_overwritten(
     al = ms.user(catalog, "al")
     merge_once = merge._merge_once
 
-    def first_lands_just_before(record: change_requests.ChangeRequest, *args: Any) -> None:
+    def first_lands_just_before(record: change_requests.ChangeRequest, *args: Any, **kwargs: Any) -> None:
         # Another process's commit, landing after the second approval's last conflict check.
         if record.id == second.id and ms.log_versions() == 0:
             merge.approve_change_request(catalog, first.id, actor=al)
-        merge_once(record, *args)
+        merge_once(record, *args, **kwargs)
 
     monkeypatch.setattr(merge, "_merge_once", first_lands_just_before)
     with pytest.raises(ConflictError):

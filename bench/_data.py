@@ -121,3 +121,22 @@ def ensure_approver() -> None:
         auth.create_user(catalog, APPROVER, display_name="Benchmark approver")
     if auth.role_in(catalog, auth.get_user(catalog, APPROVER), PROJECT) is None:
         auth.add_member(catalog, PROJECT, APPROVER, auth.Role.APPROVER)
+
+
+ADMIN = "bench_admin"
+
+
+def ensure_admin() -> None:
+    """An admin of the bench project (restores need the admin role)."""
+    from core import auth
+    from core.catalog import open_catalog
+    from core.errors import NotFound
+
+    ensure_reader()
+    catalog = open_catalog()
+    try:
+        auth.get_user(catalog, ADMIN)
+    except NotFound:
+        auth.create_user(catalog, ADMIN, display_name="Benchmark admin")
+    if auth.role_in(catalog, auth.get_user(catalog, ADMIN), PROJECT) is None:
+        auth.add_member(catalog, PROJECT, ADMIN, auth.Role.ADMIN)

@@ -659,6 +659,208 @@ def rules_set(
     emit(suite, f"rules of {project_id}/{dataset_id}: {len(suite.get('expectations', []))} expectation(s)")
 
 
+# ---------------------------------------------------------------- history
+
+
+@app.command("history")
+def history_list(
+    project_id: str,
+    dataset_id: str,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many versions (default: all).")] = None,
+    offset: Annotated[int, typer.Option("--offset", help="Skip this many of the newest versions.")] = 0,
+    as_user: AsUser = None,
+) -> None:
+    """List the versions of a dataset's main table, newest first."""
+    from core import history
+
+    catalog = _catalog()
+    page = history.table_history(
+        catalog, project_id, dataset_id, actor=_actor(catalog, as_user), limit=limit, offset=offset
+    )
+    lines = [
+        f"v{v.version:<5} {v.timestamp:%Y-%m-%d %H:%M:%S}  {v.operation:<24} {v.actor or '':<12} "
+        f"{v.cr_id or '':<20} {'restorable' if v.restorable else v.not_restorable_reason}"
+        for v in page.versions
+    ]
+    emit({"versions": [v.to_json() for v in page.versions], "total": page.total}, "\n".join(lines))
+
+
+@app.command("diff")
+def history_diff(
+    project_id: str,
+    dataset_id: str,
+    from_version: Annotated[int, typer.Option("--from", help="The older version.")],
+    to_version: Annotated[int, typer.Option("--to", help="The newer version.")],
+    limit: Annotated[int, typer.Option("--limit", help="At most this many changes.")] = 100,
+    offset: Annotated[int, typer.Option("--offset", help="Skip this many changes.")] = 0,
+    as_user: AsUser = None,
+) -> None:
+    """Show the cell-level changes between two versions of a dataset."""
+    from core import history
+
+    catalog = _catalog()
+    result = history.diff_versions(
+        catalog,
+        project_id,
+        dataset_id,
+        from_version,
+        to_version,
+        actor=_actor(catalog, as_user),
+        limit=limit,
+        offset=offset,
+    )
+    doc = {
+        "changes": [c.to_json() for c in result.changes],
+        "total": result.total,
+        "rows_inserted": result.rows_inserted,
+        "rows_updated": result.rows_updated,
+        "rows_deleted": result.rows_deleted,
+        "source": result.source,
+    }
+    lines = [
+        f"v{from_version} -> v{to_version}: {result.rows_inserted} inserted, {result.rows_updated} updated, "
+        f"{result.rows_deleted} deleted row(s); {result.total} change(s)"
+    ]
+    lines += [
+        f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in result.changes
+    ]
+    emit(doc, "\n".join(lines))
+
+
+@app.command("restore")
+def history_restore(
+    project_id: str,
+    dataset_id: str,
+    version: Annotated[int, typer.Option("--version", help="The version to restore.")],
+    as_user: Annotated[str, typer.Option("--as", help="The restoring admin.")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (kept in the commit and the audit log).")] = None,
+) -> None:
+    """Restore a dataset's main table to an earlier version (one new commit; admins only)."""
+    from core import history
+
+    catalog = _catalog()
+    result = history.restore_version(
+        catalog, project_id, dataset_id, version, actor=auth.get_user(catalog, as_user), reason=reason or ""
+    )
+    emit(
+        {"version": result.version, "restored_to": result.restored_to},
+        f"{project_id}/{dataset_id} restored to version {result.restored_to} as version {result.version}",
+    )
+
+
+@app.command("export")
+def history_export(
+    project_id: str,
+    dataset_id: str,
+    out: Annotated[Path, typer.Option("--out", help="A .parquet or .csv file to write.")],
+    version: Annotated[int | None, typer.Option("--version", help="Export this version (default: latest).")] = None,
+    as_user: AsUser = None,
+) -> None:
+    """Write every column of a version (row_id included) to a Parquet or CSV file."""
+    from core import history
+
+    catalog = _catalog()
+    result = history.export_version(
+        catalog, project_id, dataset_id, out, actor=_actor(catalog, as_user), version=version
+    )
+    emit(
+        {"path": result.path, "version": result.version, "rows": result.rows, "format": result.format},
+        f"exported version {result.version} of {project_id}/{dataset_id}: {result.rows:,} rows to {result.path}",
+    )
+
+
+# ---------------------------------------------------------------- maintenance
+
+
+def _progress_to_stderr(message: str, fraction: float) -> None:
+    """Progress lines go to stderr, so ``--json`` output stays one document."""
+    if not state.json:
+        sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
+
+
+@app.command("maintain")
+def maintain_cmd(
+    project_id: str,
+    dataset_id: str,
+    optimize: Annotated[bool, typer.Option("--optimize", help="Compact small files (OPTIMIZE).")] = False,
+    zorder: Annotated[
+        str | None, typer.Option("--zorder", help="COL[,COL...]: OPTIMIZE with ZORDER BY these columns.")
+    ] = None,
+    vacuum: Annotated[bool, typer.Option("--vacuum", help="Delete files no version in the retention uses.")] = False,
+    retain_hours: Annotated[
+        float | None, typer.Option("--retain-hours", help="VACUUM retention (default: the restore window).")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Allow a retention shorter than the restore window.")] = False,
+    checkpoint: Annotated[bool, typer.Option("--checkpoint", help="Write a Delta log checkpoint.")] = False,
+    as_user: AsUser = None,
+) -> None:
+    """Run OPTIMIZE, VACUUM and/or a checkpoint on a dataset's main table; prints the run's report."""
+    from core import maintenance
+
+    columns = [c.strip() for c in zorder.split(",")] if zorder is not None else None
+    if not (optimize or columns or vacuum or checkpoint):
+        raise InvalidInput("nothing to do: choose at least one of --optimize, --zorder, --vacuum, --checkpoint")
+    catalog = _catalog()
+    report = maintenance.maintain(
+        catalog,
+        project_id,
+        dataset_id,
+        actor=_actor(catalog, as_user),
+        optimize=optimize,
+        zorder=columns,
+        vacuum=vacuum,
+        retain_hours=retain_hours,
+        force=force,
+        checkpoint=checkpoint,
+        progress=_progress_to_stderr,
+    )
+    steps = report["steps"]
+    lines = [f"maintenance {report['run_id']} of {project_id}/{dataset_id}"]
+    if steps["retention"]["changed"]:
+        lines.append(f"  retention: set {', '.join(steps['retention']['changed'])}")
+    if "optimize" in steps:
+        s = steps["optimize"]
+        lines.append(f"  optimize: {s['before']['files']} -> {s['after']['files']} file(s)")
+    if "vacuum" in steps:
+        s = steps["vacuum"]
+        lines.append(f"  vacuum: {s['files_deleted']} file(s) deleted, retaining {s['retain_hours']:g} h")
+    if "checkpoint" in steps:
+        s = steps["checkpoint"]
+        lines.append(f"  checkpoint: version {s['version']}" + ("" if s["written"] else " (already there)"))
+    lines.append("  nothing to do" if report["nothing_to_do"] else f"  versions created: {report['versions_created']}")
+    lines.append(f"  report: {report['report']}")
+    emit(report, "\n".join(lines))
+
+
+@app.command("cleanup")
+def cleanup_cmd(
+    ttl_hours: Annotated[
+        float | None, typer.Option("--ttl-hours", help="Replace the session and import TTLs for this run.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    as_user: AsUser = None,
+) -> None:
+    """Remove expired sessions, staging tables of closed change requests and orphan imports."""
+    from core import maintenance
+
+    catalog = _catalog()
+    report = maintenance.cleanup(
+        catalog, actor=_actor(catalog, as_user), ttl_hours=ttl_hours, dry_run=dry_run, progress=_progress_to_stderr
+    )
+    verb = "would remove" if dry_run else "removed"
+    lines = [
+        f"{verb} {len(report[key])} {label}" + (": " + ", ".join(report[key]) if report[key] else "")
+        for key, label in (
+            ("sessions_removed", "session(s)"),
+            ("staging_removed", "staging table(s)"),
+            ("imports_removed", "import(s)"),
+        )
+    ]
+    if report["nothing_to_do"]:
+        lines = ["nothing to clean up"]
+    emit(report, "\n".join([*lines, f"report: {report['report']}"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``oreo`` console script."""
     command = typer.main.get_command(app)

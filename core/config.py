@@ -52,6 +52,7 @@ class Settings:
     session_ttl_hours: int = 72
     import_ttl_hours: int = 24
     restore_window_days: int = 90
+    small_file_mb: int = 32
     max_upload_mb: int = 200
     page_size: int = 50
     demo_rows: int = 100_000
@@ -72,6 +73,7 @@ class Settings:
             session_ttl_hours=_int("OREO_SESSION_TTL_HOURS", 72),
             import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
+            small_file_mb=_int("OREO_SMALL_FILE_MB", 32),
             max_upload_mb=_int("OREO_MAX_UPLOAD_MB", 200),
             page_size=_int("OREO_PAGE_SIZE", 50),
             demo_rows=_int("OREO_DEMO_ROWS", 100_000),

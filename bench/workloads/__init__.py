@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
-from bench.workloads import approve, diff_page, edit_save, page_read
+from bench.workloads import approve, diff_page, edit_save, history_list, page_read, restore, version_diff
 
 Workload = Callable[[BenchConfig], WorkloadResult]
 
@@ -14,4 +14,7 @@ WORKLOADS: dict[str, Workload] = {
     edit_save.NAME: edit_save.run,
     approve.NAME: approve.run,
     diff_page.NAME: diff_page.run,
+    history_list.NAME: history_list.run,
+    version_diff.NAME: version_diff.run,
+    restore.NAME: restore.run,
 }

@@ -1,0 +1,767 @@
+"""Table history: the versions of ``main``, previews and diffs between them, restore and export.
+
+Everything but restore reads without Spark:
+
+* the version list comes straight from the JSON commits in ``_delta_log`` (1,000
+  versions list in milliseconds), with each Oreo commit's userMetadata (actor, cr_id,
+  reason) and Delta's operation metrics;
+* whether a version can be restored comes from replaying the log's add/remove actions
+  (JSON commits, or a Parquet checkpoint where older commits were cleaned up) and
+  checking that every data file and deletion-vector file of its snapshot still exists.
+  A version whose commit is gone, or whose files VACUUM deleted, is never offered;
+* previews, diffs and exports read a version through DuckDB's ``delta_scan``.
+
+A diff between versions compares the two snapshots on ``row_id`` (``core.diff``). When
+the change data feed covers the whole range, only the rows it names as changed are
+compared: the row_ids in the commits' ``_change_data`` files, or in the files a commit
+without them added or removed. That set can only be larger than the rows that really
+changed, so both ways give the same diff; the feed just makes it cheaper.
+
+Restore is one Spark ``RESTORE TABLE`` commit by a project admin, with a reason, run
+with Oreo's merge transaction id (``core.merge``) and checked afterwards: if its commit
+is not in the log, the table moved and the caller is told to try again. Delta 4.4's
+RESTORE does not record that transaction id in its commit, so against a concurrent
+approval it relies on Delta's own conflict detection: a MERGE whose snapshot predates
+the restore fails (the restore removed files it read) and is retried after a fresh
+conflict check, which then sees the restore in the change data feed. A MERGE that
+checked before the restore but read its snapshot after it is not caught here; closing
+that gap needs a check in ``core.merge``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+from sqlalchemy import select
+
+from core import audit, diff, engine, merge, reads
+from core.auth import Role, User, require_role
+from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
+from core.datasets import get_dataset, layout_for, sync_dataset
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError
+
+RESTORE_ACTION = "restore"
+EXPORT_FORMATS: dict[str, Literal["parquet", "csv"]] = {".parquet": "parquet", ".csv": "csv"}
+CURRENT = "the current version"
+LOG_CLEANED = "its log was cleaned up"
+VACUUMED = "its data files were vacuumed"
+
+# Delta's per-operation metric names for the rows a commit inserted, updated and deleted.
+_ROW_METRICS: dict[str, tuple[str, ...]] = {
+    "rows_inserted": ("numTargetRowsInserted", "numOutputRows"),
+    "rows_updated": ("numTargetRowsUpdated", "numUpdatedRows"),
+    "rows_deleted": ("numTargetRowsDeleted", "numDeletedRows"),
+}
+_INSERTING_OPERATIONS = frozenset({"WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "STREAMING UPDATE"})
+_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+
+
+@dataclass(frozen=True)
+class Version:
+    """One commit of a dataset's ``main`` table."""
+
+    version: int
+    timestamp: datetime
+    operation: str
+    actor: str | None
+    cr_id: str | None
+    cr_title: str | None
+    reason: str | None
+    metrics: dict[str, int]
+    restorable: bool
+    not_restorable_reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "timestamp": self.timestamp.isoformat(),
+            "operation": self.operation,
+            "actor": self.actor,
+            "cr_id": self.cr_id,
+            "cr_title": self.cr_title,
+            "reason": self.reason,
+            "metrics": dict(self.metrics),
+            "restorable": self.restorable,
+            "not_restorable_reason": self.not_restorable_reason,
+        }
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    versions: list[Version]  # newest first
+    total: int  # versions in the table log
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    changes: list[diff.Change]
+    total: int
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    source: Literal["cdf", "snapshot"]
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    version: int  # the version RESTORE made
+    restored_to: int
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    version: int
+    rows: int
+    format: Literal["parquet", "csv"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableRestored(audit.AuditEvent):
+    name = "table_restored"
+    restored_to: int
+    version: int
+    reason: str
+    commit_id: str
+
+
+# ---------------------------------------------------------------- reading the log
+
+
+@dataclass
+class _Commit:
+    version: int
+    info: dict[str, Any]
+    # Files whose rows the change data feed draws this commit's changes from.
+    change_files: list[str] = field(default_factory=list)
+    cdf_enabled: bool | None = None  # None: unknown (the table's metadata was never seen)
+
+
+@dataclass
+class _Log:
+    """What one pass over a table's ``_delta_log`` found."""
+
+    latest: int
+    commits: dict[int, _Commit]  # versions whose JSON commit exists
+    reasons: dict[int, str | None]  # version -> why it cannot be read (None: it can)
+    exists: Callable[[str], bool]
+
+
+def _decode_z85(text: str) -> bytes:
+    out = bytearray()
+    for i in range(0, len(text), 5):
+        value = 0
+        for char in text[i : i + 5]:
+            value = value * 85 + _Z85.index(char)
+        out += value.to_bytes(4, "big")
+    return bytes(out)
+
+
+def _file_path(table: str, path: str) -> str:
+    """A log action's path (relative and URL-encoded, or an absolute URI) as a local path."""
+    if "://" in path or path.startswith("file:"):
+        return unquote(urlparse(path).path)
+    # Plain string joins: this runs for every action of every commit.
+    return f"{table}/{unquote(path) if '%' in path else path}"
+
+
+def _dv_path(table: str, dv: dict[str, Any] | None) -> str | None:
+    """The deletion-vector file an action refers to; None when inline or absent (Delta protocol)."""
+    if not dv:
+        return None
+    kind, where = dv.get("storageType"), str(dv.get("pathOrInlineDv") or "")
+    if kind == "u":
+        prefix, encoded = where[:-20], where[-20:]
+        name = f"deletion_vector_{uuid.UUID(bytes=_decode_z85(encoded))}.bin"
+        return os.path.join(table, prefix, name) if prefix else os.path.join(table, name)
+    if kind == "p":
+        return _file_path(table, where)
+    return None
+
+
+def _file_key(action: dict[str, Any]) -> tuple[str, str]:
+    """A file's identity in the log: its path and its deletion vector (Delta protocol)."""
+    dv = action.get("deletionVector") or {}
+    offset = "" if dv.get("offset") is None else str(dv["offset"])
+    return action["path"], f"{dv.get('storageType') or ''}{dv.get('pathOrInlineDv') or ''}@{offset}"
+
+
+def _commit_files(log: Path) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """JSON commits and complete classic Parquet checkpoints in ``log``, by version."""
+    commits: dict[int, str] = {}
+    parts: dict[tuple[int, int], list[str]] = {}
+    for entry in os.scandir(log):
+        name = entry.name
+        if not name[:20].isdigit() or name[20:21] != ".":
+            continue
+        version = int(name[:20])
+        if name.endswith(".json") and len(name) == 25:
+            commits[version] = entry.path
+        elif name.endswith(".parquet") and ".checkpoint." in name:
+            pieces = name.split(".")
+            # <v>.checkpoint.parquet, or <v>.checkpoint.<part>.<parts>.parquet
+            count = int(pieces[3]) if len(pieces) == 5 and pieces[3].isdigit() else 1
+            parts.setdefault((version, count), []).append(entry.path)
+    checkpoints = {v: sorted(files) for (v, count), files in parts.items() if len(files) == count}
+    return commits, checkpoints
+
+
+def _read_checkpoint(files: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The add actions and the table metadata stored in a Parquet checkpoint."""
+    import pyarrow.parquet as pq
+
+    adds: list[dict[str, Any]] = []
+    metadata: dict[str, Any] | None = None
+    for file in files:
+        names = set(pq.read_schema(file).names)
+        if "sidecar" in names:
+            raise _Unreadable("v2 checkpoints with sidecars are not replayed")
+        table = pq.read_table(file, columns=[c for c in ("add", "metaData") if c in names])
+        if "add" in names:
+            adds += [a for a in table.column("add").to_pylist() if a]
+        if "metaData" in names:
+            metadata = next((m for m in table.column("metaData").to_pylist() if m), metadata)
+    return adds, metadata
+
+
+class _Unreadable(Exception):
+    """A checkpoint this module does not replay; versions it alone describes count as cleaned up."""
+
+
+def _cdf_enabled(metadata: dict[str, Any]) -> bool:
+    config = metadata.get("configuration") or {}
+    if isinstance(config, list):  # Parquet checkpoints store maps as key/value pairs
+        config = dict(config)
+    return str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+
+
+def _read_log(table: Path) -> _Log:
+    """Replay ``table``'s log once: each version's commit, and whether its snapshot can be read.
+
+    Raises:
+        NotFound: ``table`` holds no Delta table.
+    """
+    log = table / "_delta_log"
+    if not log.is_dir():
+        raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
+    jsons, checkpoints = _commit_files(log)
+    root = str(table)
+    if not jsons:
+        raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
+    listings: dict[str, set[str]] = {}
+
+    def exists(path: str) -> bool:
+        folder, name = os.path.split(path)
+        if folder not in listings:
+            try:
+                listings[folder] = set(os.listdir(folder))
+            except OSError:
+                listings[folder] = set()
+        return name in listings[folder]
+
+    latest = max(max(jsons), max(checkpoints, default=-1))
+    # (data file, deletion vector) pairs of the snapshot whose data or deletion-vector file is gone
+    missing: set[tuple[str, str]] = set()
+    known = 0 in jsons  # whether ``missing`` describes the snapshot of the version just replayed
+    cdf: bool | None = None
+    commits: dict[int, _Commit] = {}
+    reasons: dict[int, str | None] = {}
+
+    def add(action: dict[str, Any]) -> None:
+        key = _file_key(action)
+        path, dv = _file_path(root, action["path"]), _dv_path(root, action.get("deletionVector"))
+        if not exists(path) or (dv is not None and not exists(dv)):
+            missing.add(key)
+
+    def remove(action: dict[str, Any]) -> None:
+        missing.discard(_file_key(action))
+
+    for version in range(latest + 1):
+        actions = list(_json_actions(jsons[version])) if version in jsons else None
+        if actions is not None and known:
+            for action in actions:
+                if "add" in action:
+                    add(action["add"])
+                elif "remove" in action:
+                    remove(action["remove"])
+                elif "metaData" in action:
+                    cdf = _cdf_enabled(action["metaData"])
+        elif version in checkpoints:
+            try:
+                adds, metadata = _read_checkpoint(checkpoints[version])
+            except _Unreadable:
+                known = False
+            else:
+                missing.clear()
+                for a in adds:
+                    add(a)
+                cdf = _cdf_enabled(metadata) if metadata else None
+                known = True
+        else:
+            known = False
+        if actions is None:
+            continue
+        commits[version] = _commit(root, version, actions, cdf if known else None)
+        if not known:
+            reasons[version] = LOG_CLEANED
+        elif missing:
+            reasons[version] = VACUUMED
+        else:
+            reasons[version] = None
+    return _Log(latest=latest, commits=commits, reasons=reasons, exists=exists)
+
+
+def _json_actions(path: str) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _commit(table: str, version: int, actions: list[dict[str, Any]], cdf: bool | None) -> _Commit:
+    info: dict[str, Any] = {}
+    cdc: list[str] = []
+    data: list[str] = []
+    for action in actions:
+        if "commitInfo" in action:
+            info = action["commitInfo"]
+        elif "cdc" in action:
+            cdc.append(_file_path(table, action["cdc"]["path"]))
+        elif "add" in action and action["add"].get("dataChange", True):
+            data.append(_file_path(table, action["add"]["path"]))
+        elif "remove" in action and action["remove"].get("dataChange", True):
+            data.append(_file_path(table, action["remove"]["path"]))
+        elif "metaData" in action:
+            cdf = _cdf_enabled(action["metaData"])
+    # Delta's change data feed reads a commit's cdc files when it has any, else its data changes.
+    return _Commit(version=version, info=info, change_files=cdc or data, cdf_enabled=cdf)
+
+
+def restorable_versions(path: Path) -> dict[int, str | None]:
+    """Every version of the table at ``path`` with a commit in its log -> None if it can be
+    restored, else why not (the current version, its log was cleaned up, its files vacuumed).
+
+    Raises:
+        NotFound: ``path`` holds no Delta table.
+    """
+    log = _read_log(Path(path))
+    return {v: _why_not_restorable(log, v) for v in log.commits}
+
+
+def _why_not_restorable(log: _Log, version: int) -> str | None:
+    if version == log.latest:
+        return CURRENT
+    return _with_vacuum_date(log, version, log.reasons.get(version, LOG_CLEANED))
+
+
+def _no_such_version(log: _Log, name: str, version: int) -> NotFound:
+    return NotFound(
+        f"{name} has no version {version}; its versions are {min(log.commits)} to {log.latest}",
+        kind="version",
+        ident=str(version),
+    )
+
+
+def _with_vacuum_date(log: _Log, version: int, reason: str | None) -> str | None:
+    if reason != VACUUMED:
+        return reason
+    for later in range(version + 1, log.latest + 1):
+        commit = log.commits.get(later)
+        if commit is not None and str(commit.info.get("operation", "")).startswith("VACUUM"):
+            return f"{reason} (VACUUM on {_timestamp(commit.info):%Y-%m-%d %H:%M} UTC)"
+    return reason
+
+
+def _timestamp(info: dict[str, Any]) -> datetime:
+    millis = info.get("inCommitTimestamp") or info.get("timestamp") or 0
+    return datetime.fromtimestamp(int(millis) / 1000, tz=UTC)
+
+
+# ---------------------------------------------------------------- history
+
+
+def _metrics(operation: str, raw: dict[str, Any]) -> dict[str, int]:
+    metrics: dict[str, int] = {}
+    for key, value in raw.items():
+        try:
+            metrics[key] = int(value)
+        except (TypeError, ValueError):
+            continue  # a non-numeric metric
+    for name, sources in _ROW_METRICS.items():
+        found = [metrics[s] for s in sources if s in metrics]
+        if name == "rows_inserted" and "numOutputRows" in metrics and operation not in _INSERTING_OPERATIONS:
+            # numOutputRows of a MERGE/UPDATE counts rewritten rows, not inserted ones.
+            found = [metrics[s] for s in sources if s in metrics and s != "numOutputRows"]
+        metrics[name] = found[0] if found else 0
+    return metrics
+
+
+def _version(log: _Log, version: int, titles: dict[str, str]) -> Version:
+    info = log.commits[version].info
+    meta = engine.parse_user_metadata(info.get("userMetadata"))
+    operation = str(info.get("operation", "UNKNOWN"))
+    reason = _why_not_restorable(log, version)
+    cr_id = meta.get("cr_id")
+    return Version(
+        version=version,
+        timestamp=_timestamp(info),
+        operation=operation,
+        actor=str(meta["actor"]) if meta.get("actor") else None,
+        cr_id=str(cr_id) if cr_id else None,
+        cr_title=titles.get(str(cr_id)) if cr_id else None,
+        reason=str(meta["reason"]) if meta.get("reason") else None,
+        metrics=_metrics(operation, info.get("operationMetrics") or {}),
+        restorable=reason is None,
+        not_restorable_reason=reason,
+    )
+
+
+def _check_paging(limit: int | None, offset: int) -> None:
+    if limit is not None and int(limit) < 1:
+        raise InvalidInput(f"limit must be at least 1, got {limit}", field="limit")
+    if int(offset) < 0:
+        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+
+
+def table_history(
+    catalog: Catalog, project_id: str, dataset_id: str, *, actor: User, limit: int | None = None, offset: int = 0
+) -> HistoryPage:
+    """A page of a dataset's versions, newest first, read from its Delta log (no Spark).
+
+    Args:
+        catalog: The catalog.
+        project_id: The project.
+        dataset_id: The dataset.
+        actor: A member of the project.
+        limit: At most this many versions (default: all).
+        offset: Versions to skip, newest first.
+
+    Raises:
+        NotFound: Unknown dataset.
+        PermissionDenied: ``actor`` is not a member of the project.
+        InvalidInput: Bad limit or offset.
+    """
+    _check_paging(limit, offset)
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    log = _read_log(layout_for(project_id, dataset_id).main)
+    newest = sorted(log.commits, reverse=True)
+    shown = newest[int(offset) :] if limit is None else newest[int(offset) : int(offset) + int(limit)]
+    cr_ids = {
+        str(cr)
+        for v in shown
+        if (cr := engine.parse_user_metadata(log.commits[v].info.get("userMetadata")).get("cr_id"))
+    }
+    titles: dict[str, str] = {}
+    if cr_ids:
+        with catalog.session() as s:
+            query = select(ChangeRequestRow.id, ChangeRequestRow.title).where(ChangeRequestRow.id.in_(cr_ids))
+            titles = {row.id: row.title for row in s.execute(query)}
+    return HistoryPage(versions=[_version(log, v, titles) for v in shown], total=len(newest))
+
+
+# ---------------------------------------------------------------- reading a version
+
+
+def _readable(log: _Log, name: str, version: int) -> int:
+    """``version``, if a snapshot of it can be read; else a one-line NotFound."""
+    if not 0 <= version <= log.latest:
+        raise _no_such_version(log, name, version)
+    reason = log.reasons.get(version, LOG_CLEANED)
+    if reason is not None:
+        raise NotFound(
+            f"version {version} of {name} cannot be read: {_with_vacuum_date(log, version, reason)}",
+            kind="version",
+            ident=str(version),
+        )
+    return version
+
+
+def preview_version(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    version: int,
+    *,
+    actor: User,
+    offset: int = 0,
+    limit: int = 50,
+    filters: list[reads.RowFilter] | None = None,
+    order_by: str | None = None,
+    descending: bool = False,
+) -> reads.Page:
+    """A page of the table as of ``version``, filtered, sorted and paged as on the Table page.
+
+    Raises:
+        NotFound: Unknown dataset, or a version that does not exist or can no longer be read.
+        PermissionDenied: ``actor`` is not a member of the project.
+        InvalidInput: Unknown column, bad limit or offset.
+    """
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = layout_for(project_id, dataset_id).main
+    _readable(_read_log(main), f"{project_id}/{dataset_id}", int(version))
+    return reads.read_page(
+        main,
+        version=int(version),
+        filters=filters,
+        order_by=order_by,
+        descending=descending,
+        limit=limit,
+        offset=offset,
+    )
+
+
+# ---------------------------------------------------------------- diff between versions
+
+
+def _changed_row_files(log: _Log, from_version: int, to_version: int) -> list[str] | None:
+    """Files holding every row the change data feed says changed in (from, to]; None if it cannot tell."""
+    files: list[str] = []
+    for version in range(from_version + 1, to_version + 1):
+        commit = log.commits.get(version)
+        if commit is None or not commit.cdf_enabled:
+            return None
+        files += commit.change_files
+    if not all(log.exists(f) for f in files):
+        return None  # vacuumed change files: compare the snapshots whole
+    return sorted(set(files))
+
+
+def _select(columns: list[str], present: set[str]) -> str:
+    q = reads.quote_ident
+    return ", ".join(q(c) if c in present else f"NULL AS {q(c)}" for c in columns)
+
+
+def diff_versions(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    from_version: int,
+    to_version: int,
+    *,
+    actor: User,
+    limit: int = 100,
+    offset: int = 0,
+) -> VersionDiff:
+    """One page of the cell-level diff from ``from_version`` to ``to_version`` (see the module docstring).
+
+    Args:
+        catalog: The catalog.
+        project_id: The project.
+        dataset_id: The dataset.
+        from_version: The older version.
+        to_version: The newer version.
+        actor: A member of the project.
+        limit: Page size, 1..10,000.
+        offset: Entries to skip (ordered by row_id, then column).
+
+    Raises:
+        InvalidInput: ``from_version`` is not older than ``to_version``; bad limit or offset.
+        NotFound: Unknown dataset, or either version does not exist or can no longer be read.
+        PermissionDenied: ``actor`` is not a member of the project.
+    """
+    name = f"{project_id}/{dataset_id}"
+    if int(from_version) >= int(to_version):
+        raise InvalidInput(
+            f"--from ({from_version}) must be older than --to ({to_version}) to diff {name}", field="from_version"
+        )
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = layout_for(project_id, dataset_id).main
+    log = _read_log(main)
+    before_v = _readable(log, name, int(from_version))
+    after_v = _readable(log, name, int(to_version))
+    columns = [c.name for c in reads.table_schema(main, after_v)]
+    present = {c.name for c in reads.table_schema(main, before_v)}
+    files = _changed_row_files(log, before_v, after_v)
+    scan = "FROM delta_scan(?, version => ?)"
+    if files is None:
+        before = diff.Relation(f"SELECT {_select(columns, present)} {scan}", [str(main), before_v])
+        after = diff.Relation(f"SELECT {_select(columns, set(columns))} {scan}", [str(main), after_v])
+    else:
+        ids = "WHERE row_id IN (SELECT row_id FROM read_parquet(?::VARCHAR[], union_by_name = true))"
+        if not files:
+            ids, files = "WHERE false", []
+        params: list[Any] = [files] if ids != "WHERE false" else []
+        before = diff.Relation(f"SELECT {_select(columns, present)} {scan} {ids}", [str(main), before_v, *params])
+        after = diff.Relation(f"SELECT {_select(columns, set(columns))} {scan} {ids}", [str(main), after_v, *params])
+    page, counts = diff.counted_diff(before, after, columns, limit=limit, offset=offset)
+    return VersionDiff(
+        changes=page.changes,
+        total=page.total,
+        rows_inserted=counts.inserted,
+        rows_updated=counts.updated,
+        rows_deleted=counts.deleted,
+        source="snapshot" if files is None else "cdf",
+    )
+
+
+# ---------------------------------------------------------------- restore
+
+
+def _restored(main: Path, after_version: int, commit_id: str) -> int | None:
+    found = engine.find_commit(main, after_version, commit_id=commit_id)
+    return found[0] if found else None
+
+
+def restore_version(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    version: int,
+    *,
+    actor: User,
+    reason: str,
+    progress: Callable[[str], None] | None = None,
+) -> RestoreResult:
+    """Make ``main`` what it was at ``version``, in one new Spark RESTORE commit.
+
+    Exactly once: a restore commit of the same actor, version and reason that the
+    catalog has not recorded yet (a crash after the commit) is only recorded, not redone.
+
+    Args:
+        catalog: The catalog.
+        project_id: The project.
+        dataset_id: The dataset.
+        version: A restorable version (see ``restorable_versions``).
+        actor: An admin of the project.
+        reason: Why; stored in the commit and the audit log.
+        progress: Called with what is happening.
+
+    Returns:
+        The new version and the version restored to.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        InvalidInput: No reason, or a version that cannot be restored (and why).
+        NotFound: Unknown dataset or version.
+        ConflictError: The table changed while restoring.
+        EngineError: Spark failed; the table is unchanged.
+    """
+    report = progress or (lambda message: None)
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="restore a table version")
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput("a reason is required to restore a table version; pass --reason", field="reason")
+    name = f"{project_id}/{dataset_id}"
+    main = layout_for(project_id, dataset_id).main
+    version = int(version)
+
+    synced = info.version if info.version is not None else -1
+    landed = engine.find_commit(main, synced, action=RESTORE_ACTION, actor=actor.username, restored_to=version)
+    if landed is not None and landed[1].get("reason") == reason:
+        commit = engine.CommitInfo(str(landed[1]["commit_id"]), actor.username, RESTORE_ACTION, {})
+        new_version = landed[0]
+    else:
+        report("Checking the version")
+        checked = engine.latest_version(main)
+        log = _read_log(main)
+        if not 0 <= version <= log.latest:
+            raise _no_such_version(log, name, version)
+        why = _why_not_restorable(log, version)
+        if why is not None:
+            raise InvalidInput(f"version {version} of {name} cannot be restored: {why}", field="version")
+        report(f"Restoring version {version}")
+        commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
+        new_version = _run_restore(main, name, version, commit, checked)
+    report("Updating the catalog")
+    sync_dataset(catalog, project_id, dataset_id, commit, version=new_version)
+    with catalog.session() as s:
+        already = s.scalars(
+            select(AuditEventRow).where(
+                AuditEventRow.name == TableRestored.name,
+                AuditEventRow.project_id == project_id,
+                AuditEventRow.dataset_id == dataset_id,
+            )
+        )
+        if not any(row.details.get("commit_id") == commit.commit_id for row in already):
+            audit.record(
+                s,
+                TableRestored(
+                    actor=actor.username,
+                    project_id=project_id,
+                    dataset_id=dataset_id,
+                    restored_to=version,
+                    version=new_version,
+                    reason=reason,
+                    commit_id=commit.commit_id,
+                ),
+            )
+    report(f"Restored version {version} as version {new_version}")
+    return RestoreResult(version=new_version, restored_to=version)
+
+
+def _run_restore(main: Path, name: str, version: int, commit: engine.CommitInfo, checked: int) -> int:
+    """One RESTORE commit made with Oreo's merge txn id; its version, or ConflictError if it did not land."""
+    sql = f"RESTORE TABLE {engine.delta_ref(main)} TO VERSION AS OF {int(version)}"
+    try:
+        with engine.dml_session(commit, txn=(merge.TXN_APP_ID, checked + 1)) as spark:
+            spark.sql(sql).collect()
+    except OreoError:
+        raise
+    except merge._concurrency_exceptions() as exc:
+        if _restored(main, checked, commit.commit_id) is None:
+            raise ConflictError(f"{name} changed while restoring ({type(exc).__name__}); try again") from exc
+    except Exception as exc:
+        if _restored(main, checked, commit.commit_id) is None:
+            raise EngineError(f"Spark could not restore {name}: {str(exc).splitlines()[0]}") from exc
+    new_version = _restored(main, checked, commit.commit_id)
+    if new_version is None:
+        raise ConflictError(f"{name} changed while restoring; try again")
+    return new_version
+
+
+# ---------------------------------------------------------------- export
+
+
+def export_version(
+    catalog: Catalog, project_id: str, dataset_id: str, out: Path, *, actor: User, version: int | None = None
+) -> ExportResult:
+    """Write every column (``row_id`` included) of a version to ``out`` (.parquet or .csv).
+
+    The file is written next to ``out`` under a temporary name and renamed, so a failure
+    leaves nothing behind.
+
+    Raises:
+        InvalidInput: An unsupported suffix, ``out`` is a folder, or its folder is missing.
+        NotFound: Unknown dataset, or a version that does not exist or can no longer be read.
+        PermissionDenied: ``actor`` is not a member of the project.
+        EngineError: DuckDB could not write the file.
+    """
+    out = Path(out)
+    fmt = EXPORT_FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise InvalidInput(
+            f"cannot export to {out.suffix or 'a file without a suffix'!r}; name the file .parquet or .csv", field="out"
+        )
+    if out.is_dir():
+        raise InvalidInput(f"{out} is a folder; name a file to export to", field="out")
+    if not out.parent.is_dir():
+        raise InvalidInput(f"folder {out.parent} does not exist; create it first", field="out")
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = layout_for(project_id, dataset_id).main
+    log = _read_log(main)
+    chosen = _readable(log, f"{project_id}/{dataset_id}", log.latest if version is None else int(version))
+    temporary = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
+    options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
+    sql = (
+        f"COPY (SELECT * FROM delta_scan({reads.quote_literal(str(main))}, version => {chosen})) "
+        f"TO {reads.quote_literal(str(temporary))} ({options})"
+    )
+    try:
+        row = reads.cursor().execute(sql).fetchone()
+        os.replace(temporary, out)
+    except Exception as exc:  # duckdb.Error and OSError
+        temporary.unlink(missing_ok=True)
+        raise EngineError(f"could not export {project_id}/{dataset_id} to {out}: {str(exc).splitlines()[0]}") from exc
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return ExportResult(path=out, version=chosen, rows=int(row[0]) if row else 0, format=fmt)

@@ -1,0 +1,849 @@
+"""Table maintenance (OPTIMIZE, VACUUM, checkpoints, stats) and cleanup of leftovers.
+
+``maintain`` runs, in this order, the steps asked for on one dataset's ``main`` table:
+
+1. **retention** (always): the table properties ``delta.logRetentionDuration`` and
+   ``delta.deletedFileRetentionDuration`` are raised to the restore window
+   (``OREO_RESTORE_WINDOW_DAYS``, default 90 days) when lower. Delta's defaults (30 and
+   7 days) would otherwise drop the commits or files of versions inside the window. It
+   commits only when a property is too low, so it is idempotent;
+2. **optimize**: ``OPTIMIZE delta.`main``` (bin-packing small files), optionally
+   ``ZORDER BY`` some columns; the data is unchanged, only its files;
+3. **vacuum**: ``VACUUM ... RETAIN <h> HOURS`` deletes files no version younger than
+   the retention still uses. The default retention is the restore window
+   (``vacuum_horizon_hours``); a shorter one is refused unless ``force`` says which
+   versions stop being restorable. A ``DRY RUN`` first finds whether anything is
+   deletable, so a vacuum with nothing to do creates no version;
+4. **checkpoint**: a Delta log checkpoint of the newest version (skipped when one exists).
+
+Every input is checked before the first step (unknown dataset, role, zorder columns,
+retention), so a refused run changes nothing and leaves no report. After the steps the
+catalog is synced to the newest version (seed 002 section 8.D), a JSON report is written
+to ``audit/maintenance/<run_id>.json`` of the dataset and a ``MaintenanceRun`` audit
+event is recorded. A step that fails still leaves a report and an event (with
+``error``) before the error is raised.
+
+``cleanup`` removes what has expired (seed 002 section 8.C), across every dataset the
+actor administers (all of them for a site admin or the command line's ``SYSTEM``):
+
+* live-edit sessions: open sessions idle longer than the session TTL
+  (``OREO_SESSION_TTL_HOURS``), submitted sessions whose change request is closed,
+  and session folders without metadata older than the import TTL;
+* ``staging/<cr_id>`` of merged, rejected or withdrawn requests, and staging folders
+  with no catalog row once untouched for the import TTL (a submit writes its staging
+  table before its catalog row, so a fresh one is never caught);
+* ``imports/<upload_id>`` untouched for the import TTL (``OREO_IMPORT_TTL_HOURS``) that
+  no dataset uses. A dataset uses its source upload: the last upload made before the
+  dataset was created (``core.datasets.create_dataset`` keeps it there).
+
+``ttl_hours`` replaces both TTLs. A run spans datasets, so its report goes to
+``$DELTA_DATA_ROOT/audit/cleanup/<run_id>.json``, with a ``CleanupRun`` audit event.
+``dry_run`` lists what would go and deletes nothing (its report says so). Both
+functions are safe from cron: a second run finds nothing to do, succeeds and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import select
+
+from core import audit, engine, reads
+from core.auth import Role, User, memberships, require_role
+from core.catalog import Catalog, ChangeRequestRow, DatasetRow
+from core.config import get_settings
+from core.datasets import get_dataset, layout_for, sync_dataset
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
+from core.layout import ID_PATTERN, DatasetLayout, new_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Progress = Callable[[str, float], None]
+
+LOG_RETENTION = "delta.logRetentionDuration"
+DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
+# Delta collects min/max stats on the first 32 columns unless the table says otherwise;
+# ZORDER BY a column without stats fails deep inside Spark.
+_DEFAULT_INDEXED_COLUMNS = 32
+# Delta's own defaults when a table does not set the properties.
+_DELTA_DEFAULT_HOURS = {LOG_RETENTION: 30 * 24.0, DELETED_FILE_RETENTION: 7 * 24.0}
+_UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
+_INTERVAL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """The current snapshot of a ``main`` table.
+
+    ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 32 MiB), the
+    ones OPTIMIZE would compact. ``versions`` is the newest version plus one.
+    """
+
+    files: int
+    size_bytes: int
+    small_files: int
+    versions: int
+    last_optimize: datetime | None
+    last_vacuum: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "files": self.files,
+            "size_bytes": self.size_bytes,
+            "small_files": self.small_files,
+            "versions": self.versions,
+            "last_optimize": _iso(self.last_optimize),
+            "last_vacuum": _iso(self.last_vacuum),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaintenanceRun(audit.AuditEvent):
+    name: ClassVar[str] = "maintenance_run"
+    run_id: str
+    steps: list[str] = field(default_factory=list)
+    versions_created: list[int] = field(default_factory=list)
+    report: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanupRun(audit.AuditEvent):
+    name: ClassVar[str] = "cleanup_run"
+    run_id: str
+    dry_run: bool
+    sessions_removed: int
+    staging_removed: int
+    imports_removed: int
+    report: str = ""
+
+
+def vacuum_horizon_hours() -> float:
+    """The default VACUUM retention: the restore window, in hours."""
+    return float(get_settings().restore_window_days) * 24.0
+
+
+def small_file_bytes() -> int:
+    return get_settings().small_file_mb * 1024 * 1024
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _from_ms(ms: Any) -> datetime:
+    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+
+
+def _hours_text(hours: float) -> str:
+    return f"{hours:g} h"
+
+
+# ---------------------------------------------------------------- stats
+
+
+def _delta_table(main: Path) -> Any:
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(main))
+    except Exception as exc:  # delta-rs raises TableNotFoundError, OSError... without a common base
+        raise EngineError(f"could not read the Delta log of {main}: {str(exc).splitlines()[0]}") from exc
+
+
+def _history(main: Path) -> list[dict[str, Any]]:
+    """Commit infos of the table, newest first (delta-rs reads the log; no Spark)."""
+    return list(_delta_table(main).history())
+
+
+def _stats(main: Path) -> TableStats:
+    import pyarrow as pa
+
+    table = _delta_table(main)
+    adds = pa.table(table.get_add_actions(flatten=True))
+    sizes = [int(s) for s in adds.column("size_bytes").to_pylist()] if adds.num_rows else []
+    threshold = small_file_bytes()
+    last: dict[str, datetime] = {}
+    for commit in table.history():
+        operation = str(commit.get("operation", ""))
+        if operation in ("OPTIMIZE", "VACUUM END") and operation not in last and commit.get("timestamp"):
+            last[operation] = _from_ms(commit["timestamp"])
+    return TableStats(
+        files=len(sizes),
+        size_bytes=sum(sizes),
+        small_files=sum(1 for s in sizes if s < threshold),
+        versions=int(table.version()) + 1,
+        last_optimize=last.get("OPTIMIZE"),
+        last_vacuum=last.get("VACUUM END"),
+    )
+
+
+def table_stats(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> TableStats:
+    """Files, size, small files, versions and the last OPTIMIZE/VACUUM of a dataset's ``main``.
+
+    Raises:
+        NotFound: Unknown dataset.
+        PermissionDenied: ``actor`` is not a member of the project.
+    """
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    return _stats(Path(info.path))
+
+
+def _size_doc(stats: TableStats) -> dict[str, int]:
+    return {"files": stats.files, "size_bytes": stats.size_bytes, "small_files": stats.small_files}
+
+
+def _data_files_on_disk(main: Path) -> int:
+    """Files under ``main`` outside ``_delta_log`` (hidden checksum files left out)."""
+    count = 0
+    for folder, dirs, files in os.walk(main):
+        dirs[:] = [d for d in dirs if d != "_delta_log"]
+        count += sum(1 for f in files if not f.startswith("."))
+        del folder
+    return count
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _retention_hours(raw: str | None, prop: str) -> float | None:
+    """Hours of a Delta ``interval ...`` property; None when unset or unreadable."""
+    if raw is None:
+        return _DELTA_DEFAULT_HOURS[prop]
+    parts = _INTERVAL_PART.findall(raw)
+    if not parts:
+        return None
+    return sum(float(n) * _UNIT_HOURS[unit.lower()] for n, unit in parts)
+
+
+def _retention_changes(main: Path) -> dict[str, str]:
+    """Retention properties below the restore window, with the value each should get."""
+    config = dict(_delta_table(main).metadata().configuration)
+    window_days = get_settings().restore_window_days
+    wanted = f"interval {window_days} days"
+    changes: dict[str, str] = {}
+    for prop in (LOG_RETENTION, DELETED_FILE_RETENTION):
+        hours = _retention_hours(config.get(prop), prop)
+        if hours is None or hours < window_days * 24.0:
+            changes[prop] = wanted
+    return changes
+
+
+def _check_zorder(main: Path, version: int | None, zorder: list[str]) -> list[str]:
+    names = [c.name for c in reads.table_schema(main, version)]
+    columns: list[str] = []
+    for raw in zorder:
+        column = str(raw).strip()
+        if not column:
+            raise InvalidInput("an empty column name in the ZORDER list", field="zorder")
+        if column not in names:
+            raise InvalidInput(
+                f"cannot ZORDER BY unknown column {column!r}; columns are: {', '.join(names)}", field="zorder"
+            )
+        if column not in columns:
+            columns.append(column)
+    config = dict(_delta_table(main).metadata().configuration)
+    if "delta.dataSkippingStatsColumns" not in config:
+        indexed = int(config.get("delta.dataSkippingNumIndexedCols", _DEFAULT_INDEXED_COLUMNS))
+        unindexed = [c for c in columns if indexed >= 0 and names.index(c) >= indexed]
+        if unindexed:
+            raise InvalidInput(
+                f"cannot ZORDER BY column {unindexed[0]!r}: Delta keeps statistics only on the first {indexed} columns",
+                field="zorder",
+            )
+    return columns
+
+
+def _check_retain(retain_hours: float | None) -> float:
+    if retain_hours is None:
+        return vacuum_horizon_hours()
+    try:
+        hours = float(retain_hours)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"retention must be a number of hours, got {retain_hours!r}", field="retain_hours") from exc
+    if math.isnan(hours) or math.isinf(hours) or hours < 0:
+        raise InvalidInput(f"retention must be 0 hours or more, got {retain_hours!r}", field="retain_hours")
+    return hours
+
+
+def _unrestorable(main: Path, retain_hours: float) -> tuple[int, int, datetime] | None:
+    """First and last version a VACUUM with this retention may break, and the cutoff.
+
+    A version breaks when a later commit older than the cutoff removed one of its files;
+    the newest commit older than the cutoff is still whole, so every version before it
+    is at risk.
+    """
+    cutoff = _now() - timedelta(hours=retain_hours)
+    history = _history(main)
+    older = [int(c["version"]) for c in history if c.get("timestamp") and _from_ms(c["timestamp"]) < cutoff]
+    if not older:
+        return None
+    first = min(int(c["version"]) for c in history)
+    newest_old = max(older)
+    if newest_old <= first:
+        return None
+    return first, newest_old - 1, cutoff
+
+
+def _short_retention_message(project_id: str, dataset_id: str, main: Path, retain_hours: float) -> str:
+    window = get_settings().restore_window_days
+    retain = _hours_text(retain_hours)
+    at_risk = _unrestorable(main, retain_hours)
+    if at_risk is None:
+        return (
+            f"retaining {retain} is shorter than the {window}-day restore window: versions of "
+            f"{project_id}/{dataset_id} would stop being restorable {retain} after they are replaced; "
+            "pass --force to do it anyway"
+        )
+    first, last, cutoff = at_risk
+    span = f"version {first}" if first == last else f"versions {first}–{last}"
+    return (
+        f"retaining {retain} would make {span} of {project_id}/{dataset_id} "
+        f"(older than {cutoff:%Y-%m-%d %H:%M} UTC) unrestorable, inside the {window}-day restore window; "
+        "pass --force to do it anyway"
+    )
+
+
+# ---------------------------------------------------------------- steps
+
+
+def _concurrency_exceptions() -> tuple[type[BaseException], ...]:
+    """delta-spark's optimistic-concurrency exceptions, each named (they share no base we rely on)."""
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    return (
+        ConcurrentAppendException,
+        ConcurrentDeleteReadException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+
+@contextmanager
+def _spark_step(step: str, target: str) -> Iterator[None]:
+    """Translate what Spark raises during ``step`` into Oreo's errors."""
+    try:
+        yield
+    except OreoError:
+        raise
+    except _concurrency_exceptions() as exc:
+        raise ConflictError(
+            f"{step} of {target} collided with a concurrent commit and changed nothing; run it again"
+        ) from exc
+    except Exception as exc:  # py4j/gRPC errors share no base class
+        raise EngineError(f"{step} of {target} failed: {str(exc).strip().splitlines()[0]}") from exc
+
+
+@contextmanager
+def _vacuum_session(commit: engine.CommitInfo, *, skip_check: bool) -> Iterator[SparkSession]:
+    """A session for VACUUM; ``skip_check`` turns off Delta's retention check for it alone."""
+    with engine.dml_session(commit) as spark:
+        if not skip_check:
+            yield spark
+            return
+        spark.conf.set(RETENTION_CHECK_CONF, "false")
+        try:
+            yield spark
+        finally:
+            spark.conf.unset(RETENTION_CHECK_CONF)
+
+
+def _retain_sql(hours: float) -> str:
+    return f"{hours:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+def _set_retention(main: Path, changes: dict[str, str], commit: engine.CommitInfo) -> None:
+    props = ", ".join(f"{engine.spark_string(k)} = {engine.spark_string(v)}" for k, v in changes.items())
+    with engine.commit_metadata(commit):
+        engine.get_spark().sql(f"ALTER TABLE {engine.delta_ref(main)} SET TBLPROPERTIES ({props})")
+
+
+def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[str, Any]:
+    sql = f"OPTIMIZE {engine.delta_ref(main)}"
+    if zorder:
+        sql += " ZORDER BY (" + ", ".join(engine.spark_ident(c) for c in zorder) + ")"
+    with engine.commit_metadata(commit):
+        rows = engine.get_spark().sql(sql).collect()
+    metrics = rows[0]["metrics"].asDict() if rows and rows[0]["metrics"] is not None else {}
+    return {
+        "files_added": int(metrics.get("numFilesAdded") or 0),
+        "files_removed": int(metrics.get("numFilesRemoved") or 0),
+    }
+
+
+def _vacuum(main: Path, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
+    """VACUUM if a dry run finds anything to delete; returns the number of files it lists."""
+    base = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(retain_hours)} HOURS"
+    with _vacuum_session(commit, skip_check=skip_check) as spark:
+        deletable = spark.sql(base + " DRY RUN").count()
+        if deletable:
+            spark.sql(base).collect()
+    return int(deletable)
+
+
+def _last_checkpoint(main: Path) -> int | None:
+    marker = main / "_delta_log" / "_last_checkpoint"
+    if not marker.is_file():
+        return None
+    try:
+        return int(json.loads(marker.read_text())["version"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _checkpoint(main: Path) -> None:
+    spark = engine.get_spark()
+    if engine.is_connect(spark):
+        # No JVM handle over Spark Connect; delta-rs writes a protocol-conformant checkpoint.
+        _delta_table(main).create_checkpoint()
+        return
+    # Loading the table brings this JVM's cached DeltaLog up to the newest version first.
+    spark.read.format("delta").load(str(main)).schema  # noqa: B018
+    classic: Any = spark  # the py4j handles are not part of pyspark's typed API
+    classic._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(classic._jsparkSession, str(main)).checkpoint()
+
+
+# ---------------------------------------------------------------- maintain
+
+
+def _write_report(folder: Path, run_id: str, report: dict[str, Any]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{run_id}.json"
+    report["report"] = str(path)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(report, indent=2, default=str))
+    tmp.replace(path)  # atomic: a reader never sees half a report
+    return path
+
+
+def maintain(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    actor: User,
+    optimize: bool = False,
+    zorder: list[str] | None = None,
+    vacuum: bool = False,
+    retain_hours: float | None = None,
+    force: bool = False,
+    checkpoint: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run OPTIMIZE, VACUUM and/or a checkpoint on a dataset's ``main`` (see the module docstring).
+
+    Args:
+        catalog: The catalog.
+        project_id: The project.
+        dataset_id: The dataset.
+        actor: Must be an admin of the project.
+        optimize: Compact small files.
+        zorder: Also cluster by these columns (implies ``optimize``).
+        vacuum: Delete files older than the retention that no newer version uses.
+        retain_hours: VACUUM retention; default ``vacuum_horizon_hours()``.
+        force: Allow a retention shorter than the restore window.
+        checkpoint: Write a Delta log checkpoint.
+        progress: Called with a message and a fraction in [0, 1] between steps.
+
+    Returns:
+        The JSON report, also written to ``audit/maintenance/<run_id>.json``.
+
+    Raises:
+        InvalidInput: No step asked for, an unknown zorder column, a bad retention.
+        PermissionDenied: ``actor`` is not an admin of the project.
+        NotFound: Unknown dataset.
+        ConflictError: A step collided with a concurrent commit (the run can be repeated).
+        EngineError: Spark or Delta failed.
+    """
+    report_progress = progress or (lambda message, fraction: None)
+    layout = layout_for(project_id, dataset_id)
+    target = f"{project_id}/{dataset_id}"
+    require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = Path(info.path)
+    optimize = optimize or bool(zorder)
+    if not (optimize or vacuum or checkpoint):
+        raise InvalidInput(
+            "nothing to do: choose at least one step (optimize, zorder, vacuum or checkpoint)", field="steps"
+        )
+    if not vacuum and (retain_hours is not None or force):
+        raise InvalidInput("a retention and force apply only to vacuum", field="retain_hours")
+    zorder_columns = _check_zorder(main, info.version, list(zorder or [])) if optimize and zorder else []
+    hours = _check_retain(retain_hours) if vacuum else 0.0
+    if vacuum and hours < vacuum_horizon_hours() and not force:
+        raise InvalidInput(_short_retention_message(project_id, dataset_id, main, hours), field="retain_hours")
+
+    run_id = new_id("mnt")
+    started = _now()
+    before = _stats(main)
+    version_before = engine.latest_version(main)
+    steps: dict[str, dict[str, Any]] = {}
+    asked = (("optimize", optimize), ("vacuum", vacuum), ("checkpoint", checkpoint))
+    planned = ["retention"] + [name for name, on in asked if on]
+    last_commit: engine.CommitInfo | None = None
+    error: str | None = None
+
+    def step_done(name: str, index: int) -> None:
+        report_progress(f"{name} done", (index + 1) / (len(planned) + 1))
+
+    try:
+        report_progress("checking retention properties", 0.0)
+        changes = _retention_changes(main)
+        if changes:
+            commit = engine.new_commit(actor.username, "set_retention", run_id=run_id)
+            with _spark_step("setting the retention properties", target):
+                _set_retention(main, changes, commit)
+            last_commit = commit
+        steps["retention"] = {"changed": changes, "window_days": get_settings().restore_window_days}
+        step_done("retention", 0)
+
+        if optimize:
+            report_progress(
+                "OPTIMIZE" + (f" ZORDER BY {', '.join(zorder_columns)}" if zorder_columns else ""),
+                planned.index("optimize") / (len(planned) + 1),
+            )
+            start, first = engine.latest_version(main), _stats(main)
+            commit = engine.new_commit(actor.username, "optimize", run_id=run_id, zorder=zorder_columns)
+            with _spark_step("OPTIMIZE", target):
+                metrics = _optimize(main, zorder_columns, commit)
+            end = engine.latest_version(main)
+            if end > start:
+                last_commit = commit
+            steps["optimize"] = {
+                "zorder": zorder_columns,
+                **metrics,
+                "before": _size_doc(first),
+                "after": _size_doc(_stats(main)),
+                "versions": list(range(start + 1, end + 1)),
+            }
+            step_done("OPTIMIZE", planned.index("optimize"))
+
+        if vacuum:
+            report_progress(f"VACUUM retaining {_hours_text(hours)}", planned.index("vacuum") / (len(planned) + 1))
+            start, first, on_disk = engine.latest_version(main), _stats(main), _data_files_on_disk(main)
+            at_risk = _unrestorable(main, hours) if hours < vacuum_horizon_hours() else None
+            table_hours = _retention_hours(
+                dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
+            )
+            commit = engine.new_commit(actor.username, "vacuum", run_id=run_id, retain_hours=hours)
+            with _spark_step("VACUUM", target):
+                deletable = _vacuum(main, hours, table_hours is None or hours < table_hours, commit)
+            end = engine.latest_version(main)
+            if end > start:
+                last_commit = commit
+            steps["vacuum"] = {
+                "retain_hours": hours,
+                "forced": bool(force and hours < vacuum_horizon_hours()),
+                "files_deleted": on_disk - _data_files_on_disk(main),
+                "files_deletable": deletable,
+                "unrestorable_versions": [at_risk[0], at_risk[1]] if at_risk else [],
+                "before": {**_size_doc(first), "files_on_disk": on_disk},
+                "after": {**_size_doc(_stats(main)), "files_on_disk": _data_files_on_disk(main)},
+                "versions": list(range(start + 1, end + 1)),
+            }
+            step_done("VACUUM", planned.index("vacuum"))
+
+        if checkpoint:
+            report_progress("writing a checkpoint", planned.index("checkpoint") / (len(planned) + 1))
+            latest = engine.latest_version(main)
+            existing = _last_checkpoint(main)
+            if existing == latest:
+                steps["checkpoint"] = {"version": latest, "written": False}
+            else:
+                with _spark_step("checkpoint", target):
+                    _checkpoint(main)
+                written = _last_checkpoint(main)
+                if written is None or not any((main / "_delta_log").glob(f"{written:020d}.checkpoint*.parquet")):
+                    raise EngineError(f"checkpoint of {target} wrote no checkpoint file")
+                steps["checkpoint"] = {"version": written, "written": True}
+            step_done("checkpoint", planned.index("checkpoint"))
+    except OreoError as exc:
+        error = str(exc)
+        raise
+    finally:
+        version_after = engine.latest_version(main)
+        if last_commit is not None and version_after > version_before:
+            try:
+                sync_dataset(catalog, project_id, dataset_id, last_commit, version=version_after)
+            except OreoError as exc:
+                error = error or f"catalog sync failed: {exc}"
+        did_something = (
+            bool(steps.get("retention", {}).get("changed"))
+            or bool(steps.get("optimize", {}).get("files_removed"))
+            or bool(steps.get("vacuum", {}).get("files_deleted"))
+            or bool(steps.get("checkpoint", {}).get("written"))
+        )
+        report: dict[str, Any] = {
+            "run_id": run_id,
+            "kind": "maintenance",
+            "project": project_id,
+            "dataset": dataset_id,
+            "actor": actor.username,
+            "started_at": started.isoformat(),
+            "finished_at": _now().isoformat(),
+            "steps": steps,
+            "before": before.to_json(),
+            "after": _stats(main).to_json(),
+            "version_before": version_before,
+            "version_after": version_after,
+            "versions_created": list(range(version_before + 1, version_after + 1)),
+            "nothing_to_do": error is None and not did_something,
+            "error": error,
+        }
+        path = _write_report(layout.maintenance_reports(), run_id, report)
+        with catalog.session() as s:
+            audit.record(
+                s,
+                MaintenanceRun(
+                    actor=actor.username,
+                    project_id=project_id,
+                    dataset_id=dataset_id,
+                    run_id=run_id,
+                    steps=list(steps),
+                    versions_created=report["versions_created"],
+                    report=str(path),
+                    error=error,
+                ),
+            )
+    report_progress("nothing to do" if report["nothing_to_do"] else "done", 1.0)
+    return report
+
+
+# ---------------------------------------------------------------- cleanup
+
+
+@dataclass(frozen=True)
+class _Removal:
+    kind: str  # "session", "staging" or "import"
+    layout: DatasetLayout
+    ident: str
+    reason: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout.project_id}/{self.layout.dataset_id}/{self.ident}"
+
+    @property
+    def path(self) -> Path:
+        if self.kind == "session":
+            return self.layout.session_dir(self.ident)
+        if self.kind == "staging":
+            return self.layout.staging(self.ident)
+        return self.layout.upload(self.ident)
+
+
+def _touched(path: Path) -> datetime:
+    """When anything in ``path`` last changed (newest mtime of it and everything below)."""
+    newest = path.stat().st_mtime
+    for folder, _dirs, files in os.walk(path):
+        newest = max(newest, Path(folder).stat().st_mtime)
+        for name in files:
+            try:
+                newest = max(newest, (Path(folder) / name).stat().st_mtime)
+            except FileNotFoundError:  # removed while we look
+                continue
+    return datetime.fromtimestamp(newest, tz=UTC)
+
+
+def _children(folder: Path) -> list[Path]:
+    """Sub-folders named like Oreo ids (anything else is not ours to judge)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and ID_PATTERN.fullmatch(p.name))
+
+
+def _expired_sessions(
+    layout: DatasetLayout, cr_states: dict[str, str], now: datetime, session_ttl: timedelta, orphan_ttl: timedelta
+) -> list[_Removal]:
+    from core.sessions import SessionInfo
+
+    found: list[_Removal] = []
+    for folder in _children(layout.live_edit_root):
+        meta = folder / "metadata.json"
+        try:
+            info = SessionInfo(**json.loads(meta.read_text()))
+        except (OSError, ValueError, TypeError):
+            if now - _touched(folder) > orphan_ttl:
+                found.append(_Removal("session", layout, folder.name, "no session metadata"))
+            continue
+        if info.state == "open":
+            if now - datetime.fromisoformat(info.last_activity) > session_ttl:
+                found.append(_Removal("session", layout, folder.name, "expired"))
+        elif info.cr_id is None or cr_states.get(info.cr_id, "missing") != "open":
+            found.append(_Removal("session", layout, folder.name, f"change request {info.cr_id} is closed"))
+    return found
+
+
+def _leftover_staging(
+    layout: DatasetLayout, cr_states: dict[str, str], now: datetime, orphan_ttl: timedelta
+) -> list[_Removal]:
+    found: list[_Removal] = []
+    for folder in _children(layout.staging_root):
+        state = cr_states.get(folder.name)
+        if state is None:
+            if now - _touched(folder) > orphan_ttl:
+                found.append(_Removal("staging", layout, folder.name, "no change request"))
+        elif state != "open":
+            found.append(_Removal("staging", layout, folder.name, f"change request {state}"))
+    return found
+
+
+def _orphan_imports(layout: DatasetLayout, created_at: datetime, now: datetime, ttl: timedelta) -> list[_Removal]:
+    uploads = [(folder, _touched(folder)) for folder in _children(layout.imports_root)]
+    earlier = [(t, folder.name) for folder, t in uploads if t <= created_at]
+    source = max(earlier)[1] if earlier else None
+    return [
+        _Removal("import", layout, folder.name, "orphan upload")
+        for folder, touched in uploads
+        if folder.name != source and now - touched > ttl
+    ]
+
+
+def _check_ttl(ttl_hours: float | None) -> float | None:
+    if ttl_hours is None:
+        return None
+    try:
+        hours = float(ttl_hours)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"TTL must be a number of hours, got {ttl_hours!r}", field="ttl_hours") from exc
+    if math.isnan(hours) or math.isinf(hours) or hours < 0:
+        raise InvalidInput(f"TTL must be 0 hours or more, got {ttl_hours!r}", field="ttl_hours")
+    return hours
+
+
+def _cleanup_scope(catalog: Catalog, actor: User) -> list[DatasetRow]:
+    """Datasets ``actor`` may clean: all for a site admin, else those of projects it administers."""
+    admin_of = None if actor.site_admin else {p for p, r in memberships(catalog, actor).items() if r == Role.ADMIN}
+    if admin_of is not None and not admin_of:
+        raise PermissionDenied(
+            f"{actor.username!r} cannot run cleanup: it needs to be a site admin or an admin of a project",
+            user=actor.username,
+            required=Role.ADMIN.value,
+        )
+    with catalog.session() as s:
+        rows = list(s.scalars(select(DatasetRow).order_by(DatasetRow.project_id, DatasetRow.dataset_id)))
+        s.expunge_all()
+    return [r for r in rows if admin_of is None or r.project_id in admin_of]
+
+
+def cleanup(
+    catalog: Catalog,
+    *,
+    actor: User,
+    ttl_hours: float | None = None,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Remove expired sessions, closed requests' staging tables and orphan imports.
+
+    Args:
+        catalog: The catalog.
+        actor: A site admin (``SYSTEM`` at the command line) cleans every dataset; an
+            admin of some projects cleans only those.
+        ttl_hours: Replaces the session TTL and the import TTL for this run.
+        dry_run: List what would be removed; delete nothing.
+        progress: Called with a message and a fraction in [0, 1] per dataset.
+
+    Returns:
+        The report: ``sessions_removed``, ``staging_removed``, ``imports_removed`` (as
+        ``project/dataset/id``), ``details`` with a reason each, ``dry_run``,
+        ``nothing_to_do``, ``run_id`` and the report path.
+
+    Raises:
+        InvalidInput: A negative TTL.
+        PermissionDenied: ``actor`` administers no project.
+    """
+    from core import sessions
+
+    report_progress = progress or (lambda message, fraction: None)
+    ttl = _check_ttl(ttl_hours)
+    scope = _cleanup_scope(catalog, actor)
+    settings = get_settings()
+    session_ttl = timedelta(hours=ttl if ttl is not None else settings.session_ttl_hours)
+    import_ttl = timedelta(hours=ttl if ttl is not None else settings.import_ttl_hours)
+    run_id = new_id("cln")
+    started = now = _now()
+    with catalog.session() as s:
+        cr_states = {r.id: r.state for r in s.scalars(select(ChangeRequestRow))}
+
+    removals: list[_Removal] = []
+    for i, row in enumerate(scope):
+        report_progress(f"checking {row.project_id}/{row.dataset_id}", i / (len(scope) + 1))
+        layout = layout_for(row.project_id, row.dataset_id)
+        removals += _expired_sessions(layout, cr_states, now, session_ttl, import_ttl)
+        removals += _leftover_staging(layout, cr_states, now, import_ttl)
+        removals += _orphan_imports(layout, row.created_at, now, import_ttl)
+
+    if not dry_run:
+        report_progress(f"removing {len(removals)} folder(s)", len(scope) / (len(scope) + 1))
+        for item in removals:
+            if item.kind == "session" and (item.path / "metadata.json").is_file():
+                try:
+                    sessions.discard_session(catalog, item.ident, actor=actor, reason=item.reason)
+                except NotFound:  # discarded meanwhile
+                    pass
+            else:
+                shutil.rmtree(item.path, ignore_errors=True)
+
+    def labels(kind: str) -> list[str]:
+        return [r.label for r in removals if r.kind == kind]
+
+    report: dict[str, Any] = {
+        "run_id": run_id,
+        "kind": "cleanup",
+        "actor": actor.username,
+        "dry_run": dry_run,
+        "started_at": started.isoformat(),
+        "finished_at": _now().isoformat(),
+        "session_ttl_hours": session_ttl.total_seconds() / 3600,
+        "import_ttl_hours": import_ttl.total_seconds() / 3600,
+        "datasets_checked": [f"{r.project_id}/{r.dataset_id}" for r in scope],
+        "sessions_removed": labels("session"),
+        "staging_removed": labels("staging"),
+        "imports_removed": labels("import"),
+        "details": [{"kind": r.kind, "path": r.label, "reason": r.reason} for r in removals],
+        "nothing_to_do": not removals,
+    }
+    path = _write_report(settings.data_root / "audit" / "cleanup", run_id, report)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            CleanupRun(
+                actor=actor.username,
+                run_id=run_id,
+                dry_run=dry_run,
+                sessions_removed=len(report["sessions_removed"]),
+                staging_removed=len(report["staging_removed"]),
+                imports_removed=len(report["imports_removed"]),
+                report=str(path),
+            ),
+        )
+    report_progress("nothing to do" if not removals else ("dry run done" if dry_run else "done"), 1.0)
+    return report

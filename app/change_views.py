@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
     from core.auth import User
+    from core.diff import Change
     from core.validation import ValidationRun
 
 DIFF_PAGE = 100
@@ -54,12 +55,17 @@ def diff_table(cr_id: str, user: User, *, key: str) -> None:
     diff = change_requests.diff_change_request(
         catalog(), cr_id, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
     )
-    if diff.total == 0:
+    changes_table(diff.changes, diff.total, page_no=page_no, key=key)
+
+
+def changes_table(changes: list[Change], total: int, *, page_no: int, key: str, page_size: int = DIFF_PAGE) -> None:
+    """One page of a cell-level diff (colour per change kind), with ``st.pagination`` keyed ``{key}_page``."""
+    if total == 0:
         st.write("No changes to show.")
         return
-    num_pages = max(1, math.ceil(diff.total / DIFF_PAGE))
-    first = (page_no - 1) * DIFF_PAGE + 1
-    st.caption(f"Changes **{first:,}–{first + len(diff.changes) - 1:,}** of **{diff.total:,}**")
+    num_pages = max(1, math.ceil(total / page_size))
+    first = (page_no - 1) * page_size + 1
+    st.caption(f"Changes **{first:,}–{first + len(changes) - 1:,}** of **{total:,}**")
     frame = pd.DataFrame(
         [
             {
@@ -69,7 +75,7 @@ def diff_table(cr_id: str, user: User, *, key: str) -> None:
                 "old": _text(c.old) if c.change != "insert" else "",
                 "new": _text(c.new) if c.change != "delete" else "",
             }
-            for c in diff.changes
+            for c in changes
         ],
         columns=["row_id", "change", "column", "old", "new"],
     )
@@ -82,7 +88,7 @@ def diff_table(cr_id: str, user: User, *, key: str) -> None:
         key=f"{key}_table",
     )
     if num_pages > 1:
-        st.pagination(num_pages, key=page_key, max_visible_pages=9)
+        st.pagination(num_pages, key=f"{key}_page", max_visible_pages=9)
 
 
 def findings(run: ValidationRun | None) -> None:

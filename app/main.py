@@ -23,10 +23,13 @@ else:
     pages = [
         st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/folder_open:", default=True),
         st.Page(PAGES / "table.py", title="Table", icon=":material/table:"),
+        st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
         st.Page(PAGES / "requests.py", title="My requests", icon=":material/outbox:"),
     ]
     if role is not None and role.rank >= auth.Role.APPROVER.rank:
         pages.append(st.Page(PAGES / "review.py", title="Review", icon=":material/rule:"))
+    if role is not None and role.rank >= auth.Role.ADMIN.rank:
+        pages.append(st.Page(PAGES / "admin.py", title="Admin", icon=":material/build:"))
     router = st.navigation({"Oreo": pages})
     with st.sidebar:
         st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")

@@ -1,0 +1,128 @@
+"""How a dataset's history is shown: the timeline table, the activity chart and version labels."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import altair as alt
+import pandas as pd
+
+from core.diff import Change
+from core.history import VersionDiff
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style import Styler
+
+    from core.history import Version
+
+TIMELINE_COLUMNS = [
+    "version",
+    "time",
+    "operation",
+    "actor",
+    "change request",
+    "title",
+    "inserted",
+    "updated",
+    "deleted",
+    "restorable",
+]
+_GREY = "color: #9a9a9a; background-color: #f3f3f3"
+
+
+def version_label(version: Version) -> str:
+    """One line per version for pickers: number, operation, time and request title when there is one."""
+    title = f" · {version.cr_title}" if version.cr_title else ""
+    return f"v{version.version} · {version.operation} · {version.timestamp:%Y-%m-%d %H:%M}{title}"
+
+
+def timeline_frame(versions: list[Version]) -> pd.DataFrame:
+    """The timeline as a table, one row per version (newest first, as given)."""
+    return pd.DataFrame(
+        [
+            {
+                "version": v.version,
+                "time": v.timestamp,
+                "operation": v.operation,
+                "actor": v.actor or "",
+                "change request": v.cr_id or "",
+                "title": v.cr_title or "",
+                "inserted": int(v.metrics.get("rows_inserted", 0)),
+                "updated": int(v.metrics.get("rows_updated", 0)),
+                "deleted": int(v.metrics.get("rows_deleted", 0)),
+                "restorable": "yes" if v.restorable else f"no: {v.not_restorable_reason or 'not restorable'}",
+            }
+            for v in versions
+        ],
+        columns=TIMELINE_COLUMNS,
+    )
+
+
+def timeline_styled(frame: pd.DataFrame) -> Styler:
+    """Grey out the versions that cannot be restored."""
+
+    def style_row(row: pd.Series) -> list[str]:
+        return [_GREY if str(row["restorable"]) != "yes" else "" for _ in row.index]
+
+    return frame.style.apply(style_row, axis=1)
+
+
+def activity_chart(versions: list[Version]) -> alt.Chart:
+    """Commits per day, stacked by operation; the tooltip adds the rows they changed."""
+    metrics = ("rows_inserted", "rows_updated", "rows_deleted")
+    frame = pd.DataFrame(
+        [
+            {
+                "day": pd.Timestamp(v.timestamp.date()),
+                "operation": v.operation,
+                "rows changed": sum(int(v.metrics.get(k, 0)) for k in metrics),
+            }
+            for v in versions
+        ],
+        columns=["day", "operation", "rows changed"],
+    )
+    daily = frame.groupby(["day", "operation"], as_index=False).agg(
+        commits=("operation", "size"), rows_changed=("rows changed", "sum")
+    )
+    return (
+        alt.Chart(daily)
+        .mark_bar()
+        .encode(
+            x=alt.X("yearmonthdate(day):T", title="Day"),
+            y=alt.Y("commits:Q", title="Commits", axis=alt.Axis(tickMinStep=1)),
+            color=alt.Color("operation:N", title="Operation"),
+            tooltip=[
+                alt.Tooltip("yearmonthdate(day):T", title="Day"),
+                alt.Tooltip("operation:N", title="Operation"),
+                alt.Tooltip("commits:Q", title="Commits"),
+                alt.Tooltip("rows_changed:Q", title="Rows changed"),
+            ],
+        )
+    )
+
+
+def export_bytes(export: Any, out_name: str) -> bytes:
+    """Run ``export(out_path)`` (an ``export_version`` call) in a temporary folder and return the file's bytes."""
+    with tempfile.TemporaryDirectory(prefix="oreo-export-") as folder:
+        result = export(Path(folder) / out_name)
+        return Path(result.path).read_bytes()
+
+
+_OPPOSITE = {"insert": "delete", "delete": "insert", "update": "update"}
+
+
+def reversed_diff(forward: VersionDiff) -> VersionDiff:
+    """The diff from ``to`` back to ``from``: what restoring the older version does to the newer one."""
+    return VersionDiff(
+        changes=[
+            Change(row_id=c.row_id, change=_OPPOSITE[c.change], column=c.column, old=c.new, new=c.old)  # type: ignore[arg-type]
+            for c in forward.changes
+        ],
+        total=forward.total,
+        rows_inserted=forward.rows_deleted,
+        rows_updated=forward.rows_updated,
+        rows_deleted=forward.rows_inserted,
+        source=forward.source,
+    )

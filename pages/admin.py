@@ -1,0 +1,155 @@
+"""Table maintenance for project admins: stats, OPTIMIZE (with ZORDER), VACUUM, checkpoints, and cleanup."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app.components import (
+    catalog,
+    dataset_options,
+    flash,
+    oreo_errors,
+    require_user,
+    show_flash,
+    split_dataset,
+)
+from core import auth, datasets, maintenance
+from core.errors import OreoError
+
+REPORT_KEY = "admin_report"
+
+user = require_user()
+# st.navigation only lists this page to admins; a direct URL must not get further either.
+admin_projects = sorted(
+    project for project, role in auth.memberships(catalog(), user).items() if role.rank >= auth.Role.ADMIN.rank
+)
+if not admin_projects:
+    st.error("Admins only: table maintenance needs the admin role in a project.", icon=":material/block:")
+    st.stop()
+
+st.title("Admin")
+show_flash()
+
+
+def when(value: Any) -> str:
+    return "never" if value is None else f"{value:%Y-%m-%d %H:%M}"
+
+
+def size_text(size: int) -> str:
+    amount = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if amount < 1024 or unit == "TB":
+            return f"{amount:,.0f} {unit}" if unit == "B" else f"{amount:,.1f} {unit}"
+        amount /= 1024
+    return f"{size} B"
+
+
+def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: Any) -> None:
+    """Run ``maintain`` with a progress bar, keep its report for the next run, then rerun."""
+    bar = st.progress(0.0, text=f"{title}: starting")
+
+    def progress(message: str, fraction: float) -> None:
+        bar.progress(min(max(float(fraction), 0.0), 1.0), text=f"{title}: {message}")
+
+    try:
+        report = maintenance.maintain(catalog(), project_id, dataset_id, actor=user, progress=progress, **actions)
+    except OreoError:
+        bar.empty()
+        raise
+    st.session_state[REPORT_KEY] = (title, report)
+    flash(f"{title} finished.")
+    st.rerun()
+
+
+options = [o for o in dataset_options(user) if split_dataset(o)[0] in admin_projects]
+with oreo_errors():
+    st.subheader("Table maintenance", anchor=False)
+    if not options:
+        st.info("No datasets in the projects you administer.")
+    else:
+        if st.session_state.get("admin_dataset") not in options:
+            st.session_state["admin_dataset"] = options[0]
+        choice = st.selectbox("Dataset", options, key="admin_dataset")
+        project_id, dataset_id = split_dataset(choice)
+        info = datasets.get_dataset(catalog(), project_id, dataset_id, actor=user)
+        stats = maintenance.table_stats(catalog(), project_id, dataset_id, actor=user)
+        with st.container(key="admin_stats", horizontal=True):
+            st.metric("Files", f"{stats.files:,}", border=True)
+            st.metric("Size", size_text(stats.size_bytes), border=True)
+            st.metric("Small files", f"{stats.small_files:,}", border=True)
+            st.metric("Versions", f"{stats.versions:,}", border=True)
+            st.metric("Last optimize", when(stats.last_optimize), border=True)
+            st.metric("Last vacuum", when(stats.last_vacuum), border=True)
+
+        kept = st.session_state.get(REPORT_KEY)
+        if kept is not None:
+            title, report = kept
+            with st.container(key="admin_report"):
+                st.markdown(f"**Last run: {title}**")
+                st.json(report, expanded=False)
+
+        optimize_col, vacuum_col, checkpoint_col = st.columns(3, border=True)
+        with optimize_col:
+            st.markdown("**OPTIMIZE**")
+            st.caption("Compacts small files into larger ones; ZORDER also clusters rows by the chosen columns.")
+            names = [c.name for c in datasets.dataset_columns(info) if c.name != "row_id"]
+            zorder = st.multiselect("ZORDER BY (optional)", names, key="admin_zorder")
+            if st.button("Run OPTIMIZE", key="admin_optimize", icon=":material/compress:"):
+                run_with_progress(f"OPTIMIZE {choice}", project_id, dataset_id, optimize=True, zorder=zorder or None)
+        with vacuum_col:
+            horizon = maintenance.vacuum_horizon_hours()
+            st.markdown("**VACUUM**")
+            st.caption("Deletes data files that no version newer than the retention period still uses.")
+            retain = st.number_input(
+                "Retention (hours)", min_value=0.0, value=float(horizon), step=24.0, key="admin_retain"
+            )
+            force = st.checkbox("Force a retention shorter than the safe horizon", key="admin_force")
+            if force or retain < horizon:
+                st.warning(
+                    f"Versions older than {retain:g} hours stop being restorable, previewable and "
+                    f"diffable once their files are vacuumed (the safe horizon is {horizon:g} hours). "
+                    "Readers and writers still using those files may fail.",
+                    icon=":material/warning:",
+                )
+            if st.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
+                run_with_progress(
+                    f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force
+                )
+        with checkpoint_col:
+            st.markdown("**Checkpoint**")
+            st.caption("Writes a Delta log checkpoint so readers replay fewer commit files.")
+            if st.button("Write checkpoint", key="admin_checkpoint", icon=":material/flag:"):
+                run_with_progress(f"Checkpoint {choice}", project_id, dataset_id, checkpoint=True)
+
+with oreo_errors():
+    st.subheader("Cleanup", anchor=False)
+    st.caption("Removes abandoned editing sessions, staged change requests and unfinished imports older than the TTL.")
+    ttl_col, dry_col, run_col = st.columns([2, 1.5, 1.5], vertical_alignment="bottom")
+    ttl = ttl_col.number_input(
+        "TTL hours (empty: the configured default)", min_value=0.0, value=None, step=24.0, key="admin_ttl"
+    )
+    dry_run = dry_col.toggle("Dry run", value=True, key="admin_dry_run")
+    if run_col.button("Run cleanup", key="admin_cleanup", icon=":material/cleaning_services:"):
+        with st.spinner("Cleaning up..."):
+            done = maintenance.cleanup(catalog(), actor=user, ttl_hours=ttl, dry_run=dry_run)
+        st.session_state["admin_cleanup_result"] = (dry_run, done)
+    kept_cleanup = st.session_state.get("admin_cleanup_result")
+    if kept_cleanup is not None:
+        was_dry, result = kept_cleanup
+        verb = "Would remove" if was_dry else "Removed"
+        with st.container(key="admin_cleanup_report"):
+            found = False
+            for label, field in (
+                ("session(s)", "sessions_removed"),
+                ("staged change request(s)", "staging_removed"),
+                ("import(s)", "imports_removed"),
+            ):
+                items = list(result.get(field, []))
+                if items:
+                    found = True
+                    st.markdown(f"{verb} **{len(items)}** {label}: " + ", ".join(f"`{i}`" for i in items))
+            if not found:
+                st.markdown("Nothing to remove." if was_dry else "Nothing was removed.")
+            st.json(result, expanded=False)

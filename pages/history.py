@@ -1,0 +1,314 @@
+"""A dataset's history: its versions over time, any version's rows, the diff between two versions,
+a download of any version and, for the project's admins, a restore to an earlier version.
+"""
+
+from __future__ import annotations
+
+import math
+
+import streamlit as st
+
+from app.change_views import DIFF_PAGE, changes_table
+from app.components import (
+    DATASET_KEY,
+    catalog,
+    close_dialog,
+    dataset_options,
+    dialog_value,
+    flash,
+    open_dialog,
+    oreo_errors,
+    require_user,
+    show_flash,
+    split_dataset,
+)
+from app.history_views import (
+    activity_chart,
+    export_bytes,
+    reversed_diff,
+    timeline_frame,
+    timeline_styled,
+    version_label,
+)
+from core import auth, datasets, history
+from core.errors import OreoError
+from core.history import Version
+from core.reads import RowFilter
+
+SECTIONS = ["Timeline", "Version", "Compare"]
+TIMELINE_PAGE = 20
+PREVIEW_PAGE = 50
+NO_FILTER = "(no filter)"
+NATURAL = "(table order)"
+OPS = {"equals": "eq", "contains": "contains"}
+FORMATS = {"Parquet": "parquet", "CSV": "csv"}
+ROW_PX = 35
+RESTORE_STEPS = 4
+
+user = require_user()
+st.title("History")
+show_flash()
+
+options = dataset_options(user)
+if not options:
+    st.info("No datasets to show.")
+    st.stop()
+if st.session_state.get(DATASET_KEY) not in options:
+    st.session_state[DATASET_KEY] = options[0]
+choice = st.selectbox("Dataset", options, key=DATASET_KEY)
+project_id, dataset_id = split_dataset(choice)
+
+
+def all_versions() -> list[Version]:
+    """Every version, newest first, for the pickers and the chart (read from the Delta log, no Spark)."""
+    return history.table_history(catalog(), project_id, dataset_id, actor=user).versions
+
+
+def restore_summary(current: int, target: int) -> history.VersionDiff:
+    """What a restore to ``target`` changes, read once per pair: the diff from ``target`` to now, reversed."""
+    cache = st.session_state.setdefault("history_restore_diffs", {})
+    if (choice, current, target) not in cache:
+        forward = history.diff_versions(catalog(), project_id, dataset_id, target, current, actor=user, limit=DIFF_PAGE)
+        cache[(choice, current, target)] = reversed_diff(forward)
+    diff: history.VersionDiff = cache[(choice, current, target)]
+    return diff
+
+
+def page_number(key: str, signature: object) -> int:
+    """The page a paged view is on; a new query (another ``signature``) starts at page 1."""
+    if st.session_state.get(f"{key}_for") != signature:
+        st.session_state[f"{key}_for"] = signature
+        st.session_state[key] = 1
+    return int(st.session_state.get(key, 1))
+
+
+@st.dialog("Restore version?", width="large", on_dismiss=lambda: close_dialog("restore"))
+def restore_dialog(version: Version, current: int) -> None:
+    st.write(
+        f"Restore `{choice}` to **version {version.version}** ({version.operation}, "
+        f"{version.timestamp:%Y-%m-%d %H:%M} UTC). The restore is committed as a new version; "
+        "the history until now stays and can itself be restored."
+    )
+    with oreo_errors():
+        summary = restore_summary(current, version.version)
+        st.markdown(
+            f"Compared with the current version {current}, this will make "
+            f"**{summary.rows_inserted:,}** row(s) inserted, **{summary.rows_updated:,}** updated and "
+            f"**{summary.rows_deleted:,}** deleted."
+        )
+        with st.expander(f"Changes ({summary.total:,})", key="restore_changes"):
+            shown = len(summary.changes)  # the first page; the Compare view pages through them all
+            changes_table(summary.changes, shown, page_no=1, key="restore_diff")
+            if summary.total > shown:
+                st.caption(f"… and {summary.total - shown:,} more; the Compare view pages through them all.")
+    reason = st.text_input("Reason (required, kept in the audit log)", key="restore_reason", max_chars=500)
+    left, right = st.columns(2)
+    if right.button("Cancel", key="restore_cancel", width="stretch"):
+        close_dialog("restore")
+        st.rerun()
+    if left.button("Restore", key="restore_confirm", type="primary", width="stretch"):
+        if not reason.strip():
+            st.error("A reason is required to restore a version: say why, for the audit log.")
+            return
+        status = st.status(f"Restoring version {version.version}...", expanded=True)
+        bar = status.progress(0.0, text="Starting")
+        steps = [0]
+
+        def progress(message: str) -> None:
+            # Core reports steps, not fractions: checking, restoring (the long Spark part), catalog, done.
+            steps[0] += 1
+            bar.progress(min(steps[0] / RESTORE_STEPS, 1.0), text=message)
+
+        with oreo_errors():
+            try:
+                restored = history.restore_version(
+                    catalog(), project_id, dataset_id, version.version, actor=user, reason=reason.strip(),
+                    progress=progress,
+                )  # fmt: skip
+            except OreoError:
+                status.update(label="Not restored", state="error")
+                raise
+            status.update(label=f"Restored as version {restored.version}", state="complete")
+            flash(f"Restored `{choice}` to version {restored.restored_to} as version {restored.version}.")
+            close_dialog("restore")
+            st.session_state.pop("restore_reason", None)
+            st.session_state.pop("history_restore_diffs", None)
+            st.rerun()
+
+
+def timeline(versions: list[Version], total_versions: int) -> None:
+    page_no = page_number("history_timeline_page", (choice, total_versions))
+    page = history.table_history(
+        catalog(), project_id, dataset_id, actor=user, limit=TIMELINE_PAGE, offset=(page_no - 1) * TIMELINE_PAGE
+    )
+    num_pages = max(1, math.ceil(page.total / TIMELINE_PAGE))
+    first = (page_no - 1) * TIMELINE_PAGE + 1 if page.total else 0
+    st.caption(
+        f"Versions **{first:,}–{first + len(page.versions) - 1:,}** of **{page.total:,}**, newest first · "
+        "greyed versions cannot be restored"
+    )
+    st.container(key="history_versions").dataframe(
+        timeline_styled(timeline_frame(page.versions)),
+        hide_index=True,
+        width="stretch",
+        key="history_timeline",
+        column_config={
+            "time": st.column_config.DatetimeColumn("time (UTC)", format="YYYY-MM-DD HH:mm:ss"),
+            "actor": st.column_config.TextColumn("actor", help="Who committed it; for a merge, the approver"),
+            "change request": st.column_config.TextColumn(
+                "change request", help="Open it from My requests (author) or Review (approvers)"
+            ),
+        },
+    )
+    if num_pages > 1:
+        st.pagination(num_pages, key="history_timeline_page", max_visible_pages=9)
+    st.subheader("Activity", anchor=False)
+    st.container(key="history_chart").altair_chart(activity_chart(versions), key="history_activity", width="stretch")
+
+
+def readable(version: Version) -> bool:
+    """Whether a version's rows can still be read (the current version, or one that can be restored)."""
+    return version.restorable or version.not_restorable_reason == history.CURRENT
+
+
+def preview_table(number: int, names: list[str]) -> None:
+    """The table as of version ``number``, filtered, sorted and paged on the server like the Table page."""
+    f1, f2, f3, s1, s2 = st.columns([2, 1.2, 2, 2, 1], vertical_alignment="bottom")
+    filter_col = f1.selectbox("Filter column", [NO_FILTER, *names], key="history_filter_col")
+    filter_op = f2.selectbox("Match", list(OPS), key="history_filter_op")
+    filter_value = f3.text_input("Value", key="history_filter_value", placeholder="press Enter to apply")
+    sort_col = s1.selectbox("Sort by", [NATURAL, *names], key="history_sort_col")
+    descending = s2.toggle("Desc", key="history_sort_desc")
+    filters = []
+    if filter_col != NO_FILTER and filter_value != "":
+        filters.append(RowFilter(column=filter_col, value=filter_value, op=OPS[filter_op]))  # type: ignore[arg-type]
+
+    signature = (choice, number, filter_col, filter_op, filter_value, sort_col, descending)
+    page_no = page_number("history_preview_page", signature)
+    page = history.preview_version(
+        catalog(), project_id, dataset_id, number, actor=user,
+        offset=(page_no - 1) * PREVIEW_PAGE, limit=PREVIEW_PAGE, filters=filters,
+        order_by=None if sort_col == NATURAL else sort_col, descending=descending,
+    )  # fmt: skip
+    num_pages = max(1, math.ceil(page.total / PREVIEW_PAGE))
+    first = (page_no - 1) * PREVIEW_PAGE + 1 if page.total else 0
+    last = min(page_no * PREVIEW_PAGE, page.total)
+    st.caption(f"Rows **{first:,}–{last:,}** of **{page.total:,}** · as of version {number} (read-only)")
+    st.container(key="history_rows").dataframe(
+        page.rows,
+        hide_index=True,
+        width="stretch",
+        height=min(ROW_PX * (len(page.rows) + 1) + 3, 900),
+        key="history_preview",
+    )
+    st.pagination(num_pages, key="history_preview_page", max_visible_pages=9)
+
+
+def version_view(versions: list[Version], info: datasets.DatasetInfo, can_restore: bool) -> None:
+    current = info.version
+    by_number = {v.version: v for v in versions}
+    if st.session_state.get("history_version") not in by_number:
+        st.session_state["history_version"] = versions[0].version
+    number = st.selectbox(
+        "Version", list(by_number), key="history_version", format_func=lambda n: version_label(by_number[n])
+    )
+    version = by_number[number]
+
+    names = [c.name for c in datasets.dataset_columns(info)]
+    if readable(version):
+        with oreo_errors():
+            preview_table(number, names)
+    else:
+        st.warning(f"Version {number} can no longer be read: {version.not_restorable_reason}.", icon=":material/block:")
+
+    fmt_col, download_col, restore_col, note = st.columns([1.4, 1.4, 1.4, 4], vertical_alignment="bottom")
+    fmt = fmt_col.selectbox("Format", list(FORMATS), key="history_download_format")
+    extension = FORMATS[fmt]
+    download_col.download_button(
+        "Download",
+        data=lambda: export_bytes(
+            lambda out: history.export_version(catalog(), project_id, dataset_id, out, actor=user, version=number),
+            f"{dataset_id}-v{number}.{extension}",
+        ),
+        file_name=f"{project_id}-{dataset_id}-v{number}.{extension}",
+        mime="text/csv" if extension == "csv" else "application/vnd.apache.parquet",
+        key="history_download",
+        icon=":material/download:",
+        disabled=not readable(version),
+        width="stretch",
+    )
+    if not can_restore:
+        return
+    if number == current:
+        why = f"Version {number} is the current version."
+    elif not version.restorable:
+        why = f"Version {number} cannot be restored: {version.not_restorable_reason or 'its files are gone'}."
+    else:
+        why = None
+    if restore_col.button(
+        f"Restore to v{number}",
+        key="history_restore",
+        type="primary",
+        icon=":material/history:",
+        disabled=why is not None,
+        help=why,
+        width="stretch",
+    ):
+        open_dialog("restore", number)
+    if why is not None:
+        note.caption(why)
+
+
+def compare_view(versions: list[Version]) -> None:
+    by_number = {v.version: v for v in versions if readable(v)}
+    numbers = list(by_number)
+    if len(numbers) < 2:
+        st.info("Fewer than two versions of this table can still be read: there is nothing to compare.")
+        return
+    if st.session_state.get("history_to") not in by_number:
+        st.session_state["history_to"] = numbers[0]
+    if st.session_state.get("history_from") not in by_number:
+        st.session_state["history_from"] = numbers[1] if len(numbers) > 1 else numbers[0]
+    left, right = st.columns(2)
+    old = left.selectbox("From version", numbers, key="history_from", format_func=lambda n: version_label(by_number[n]))
+    new = right.selectbox("To version", numbers, key="history_to", format_func=lambda n: version_label(by_number[n]))
+    if old >= new:
+        st.info("Pick a **From** version older than the **To** version to see what changed between them.")
+        return
+    page_no = page_number("history_diff_page", (choice, old, new))
+    diff = history.diff_versions(
+        catalog(), project_id, dataset_id, old, new, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
+    )
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Rows inserted", f"{diff.rows_inserted:,}", border=True)
+    m2.metric("Rows updated", f"{diff.rows_updated:,}", border=True)
+    m3.metric("Rows deleted", f"{diff.rows_deleted:,}", border=True)
+    source = "the change data feed" if diff.source == "cdf" else "the two snapshots"
+    st.caption(f"From version {old} to version {new}, read from {source}.")
+    with st.container(key="history_changes"):
+        changes_table(diff.changes, diff.total, page_no=page_no, key="history_diff")
+
+
+with oreo_errors():
+    info = datasets.get_dataset(catalog(), project_id, dataset_id, actor=user)
+    role = auth.role_in(catalog(), user, project_id)
+    can_restore = role is not None and role.rank >= auth.Role.ADMIN.rank
+    versions = all_versions()
+    if not versions:
+        st.info("This dataset has no versions yet.")
+        st.stop()
+    st.caption(f"`{choice}` is at version {info.version} · {len(versions):,} version(s) in its history")
+    section = st.segmented_control("View", SECTIONS, default="Timeline", required=True, key="history_section")
+    if section == "Timeline":
+        timeline(versions, len(versions))
+    elif section == "Version":
+        version_view(versions, info, can_restore)
+    else:
+        compare_view(versions)
+
+    target = dialog_value("restore")
+    by_number = {v.version: v for v in versions}
+    # Never offer a restore that would fail: only to admins, only to an earlier, restorable version.
+    offered = target in by_number and target != info.version and by_number[target].restorable
+    if can_restore and offered and info.version is not None:
+        restore_dialog(by_number[target], info.version)

@@ -1,0 +1,300 @@
+"""Browser tests of History and Admin: an admin previews, diffs and restores a version; others cannot.
+
+The server gets its own copy of the demo workspace, with one change request merged through
+the real CLI before any browser opens it, so the table has a version 1 to go back from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.sync_api import Locator, Page, expect
+
+if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
+    from conftest import DemoWorkspace, OreoServer
+
+Settle = Callable[..., None]
+
+# The first test also pays for the module's server: a demo seed and a merge through the CLI, each
+# starting Spark, then a Spark RESTORE in the server; on a busy 2-core machine that is far past 900 s.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
+
+REPO = Path(__file__).resolve().parents[2]
+SLOW_MS = 900_000  # a Spark RESTORE (and the JVM it starts) on a busy 2-core machine
+APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+CUSTOMER = "100001"  # the demo's first customer
+NEW_NAME = "Restorina"
+
+
+def _cli(server: OreoServer, *args: str) -> dict[str, object]:
+    """Run ``oreo --json ARGS`` on this server's copy of the workspace."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
+    env.pop("SPARK_REMOTE", None)
+    env.update(
+        DELTA_DATA_ROOT=str(server.data_root),
+        OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "oreo"), "--json", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, f"oreo {' '.join(args)} failed:\n{done.stderr[-2000:]}"
+    doc: dict[str, object] = json.loads(done.stdout)
+    return doc
+
+
+@pytest.fixture(scope="module")
+def history_server(start_oreo: Callable[..., OreoServer]) -> tuple[OreoServer, str]:
+    """A server of its own (its restore must not leak into other modules) whose table is at version 1.
+
+    Version 1 merges one change request: the editor renames customer 100001, the approver approves.
+    Returns the server and the request's id.
+    """
+    server = start_oreo("history")
+    _cli(server, "edit", "demo", "customers", "--as", "editor", "--set", CUSTOMER, "first_name", NEW_NAME)
+    cr_id = str(_cli(server, "cr", "submit", "demo", "customers", "--as", "editor", "--title", "Rename one")["cr_id"])
+    merged = _cli(server, "cr", "approve", cr_id, "--as", "approver", "--comment", "ok")
+    assert (merged["state"], merged["version"]) == ("merged", 1), merged
+    return server, cr_id
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def wait_idle(page: Page) -> None:
+    expect(page.locator(APP_IDLE)).to_be_attached(timeout=SLOW_MS)
+
+
+def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
+    page.get_by_role("textbox", name="Username").press_sequentially(username)
+    page.get_by_role("textbox", name="Password").press_sequentially(password)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    settle(page, page.get_by_role("heading", name="Datasets"))
+
+
+def open_history(page: Page, settle: Settle) -> None:
+    page.get_by_role("link", name="History").click()
+    settle(page, page.get_by_role("heading", name="History"))
+    expect(grid(page, "history_versions")).to_be_visible()
+    wait_idle(page)
+
+
+def show(page: Page, section: str) -> None:
+    """Switch the History page's view (Timeline, Version, Compare)."""
+    choice = page.locator(".st-key-history_section").get_by_role("radio", name=section, exact=True)
+    choice.click()
+    expect(choice).to_have_attribute("aria-checked", "true")
+    wait_idle(page)
+
+
+def choose(page: Page, key: str, typed: str, option: str | re.Pattern[str]) -> None:
+    """Pick an option in the selectbox with widget key ``key``: type part of it, click it."""
+    combobox = page.locator(f".st-key-{key}").get_by_role("combobox")
+    combobox.click()
+    combobox.press_sequentially(typed)
+    page.get_by_role("option", name=option).first.click()
+    expect(combobox).to_have_value(option)
+    wait_idle(page)
+
+
+def choose_version(page: Page, key: str, version: int) -> None:
+    choose(page, key, f"v{version} ·", re.compile(rf"^v{version} · "))
+
+
+def filter_rows(page: Page, prefix: str, column: str, value: str) -> None:
+    """Filter a paged table (``prefix`` "history" or "table") to ``column`` equal to ``value``."""
+    choose(page, f"{prefix}_filter_col", column, column)
+    field = page.locator(f".st-key-{prefix}_filter_value").get_by_role("textbox")
+    field.fill("")
+    field.press_sequentially(value)
+    field.press("Enter")
+    wait_idle(page)
+
+
+def column_index(grid: Locator, name: str) -> int:
+    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}$"))
+    return int(header.get_attribute("aria-colindex") or 0)
+
+
+def cell(grid: Locator, row: int, name: str) -> Locator:
+    """A visible cell of a grid's accessible mirror, by 0-based data row and column name."""
+    return grid.locator(f"tr[aria-rowindex='{row + 2}'] td[aria-colindex='{column_index(grid, name)}']")
+
+
+def grid(page: Page, key: str) -> Locator:
+    return page.locator(f".st-key-{key} [data-testid='stDataFrame']").first
+
+
+def alert(page: Page, text: str) -> Locator:
+    return page.get_by_test_id("stAlertContainer").filter(has_text=text)
+
+
+def caption(page: Page, text: str) -> Locator:
+    return page.get_by_test_id("stCaptionContainer").filter(has_text=text)
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_an_admin_previews_diffs_and_restores_a_version(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+) -> None:
+    server, cr_id = history_server
+    page = new_page(server.url)
+    sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
+    open_history(page, settle)
+
+    # The timeline: version 1 is the merge, committed by its approver, with its request.
+    timeline = grid(page, "history_versions")
+    expect(timeline.locator("table[role='grid']")).to_have_attribute("aria-rowcount", "3")
+    expect(cell(timeline, 0, "version")).to_have_text("1")
+    expect(cell(timeline, 0, "actor")).to_have_text("approver")
+    expect(cell(timeline, 0, "change request")).to_have_text(cr_id)
+    expect(cell(timeline, 0, "title")).to_have_text("Rename one")
+    expect(cell(timeline, 0, "updated")).to_have_text("1")
+    expect(cell(timeline, 0, "restorable")).to_have_text("no: the current version")
+    expect(cell(timeline, 1, "restorable")).to_have_text("yes")
+    expect(page.locator(".st-key-history_chart [data-testid='stVegaLiteChart']")).to_be_visible()
+
+    # Version 0, as it was.
+    show(page, "Version")
+    choose_version(page, "history_version", 0)
+    filter_rows(page, "history", "customer_id", CUSTOMER)
+    expect(caption(page, "as of version 0")).to_contain_text("Rows 1–1 of 1")
+    preview = grid(page, "history_rows")
+    expect(cell(preview, 0, "customer_id")).to_have_text(CUSTOMER)
+    old_name = cell(preview, 0, "first_name").inner_text()
+    assert old_name and old_name != NEW_NAME
+    choose_version(page, "history_version", 1)
+    expect(caption(page, "as of version 1")).to_contain_text("Rows 1–1 of 1")
+    expect(cell(grid(page, "history_rows"), 0, "first_name")).to_have_text(NEW_NAME)
+
+    # The diff from version 0 to version 1.
+    show(page, "Compare")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Rows updated")).to_contain_text("1")
+    diff = page.locator(".st-key-history_changes [data-testid='stDataFrame']")
+    expect(diff.locator("table[role='grid']")).to_have_attribute("aria-rowcount", "2")
+    expect(cell(diff, 0, "row_id")).to_have_text(CUSTOMER)
+    expect(cell(diff, 0, "column")).to_have_text("first_name")
+    expect(cell(diff, 0, "old")).to_have_text(old_name)
+    expect(cell(diff, 0, "new")).to_have_text(NEW_NAME)
+
+    # Restore version 0: the current version offers none; the dialog wants a reason.
+    show(page, "Version")
+    expect(page.get_by_role("button", name="Restore to v1")).to_be_disabled()
+    choose_version(page, "history_version", 0)
+    restore = page.get_by_role("button", name="Restore to v0")
+    expect(restore).to_be_enabled()
+    restore.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog).to_contain_text("0 row(s) inserted, 1 updated and 0 deleted", timeout=SLOW_MS)
+    wait_idle(page)
+    dialog.get_by_role("button", name="Restore", exact=True).click()
+    expect(dialog).to_contain_text("A reason is required to restore a version")
+    wait_idle(page)
+    dialog.get_by_role("textbox", name="Reason (required, kept in the audit log)").press_sequentially(
+        "The rename was a mistake."
+    )
+    dialog.get_by_role("button", name="Restore", exact=True).click()
+    expect(alert(page, "Restored demo/customers to version 0 as version 2")).to_be_visible(timeout=SLOW_MS)
+    wait_idle(page)
+    expect(dialog).to_have_count(0)
+
+    # The Table page shows the restored value, at the new version.
+    page.get_by_role("link", name="Table").click()
+    settle(page, caption(page, "Rows "), "version 2")
+    filter_rows(page, "table", "customer_id", CUSTOMER)
+    expect(caption(page, "Rows ")).to_contain_text("Rows 1–1 of 1")
+    table = page.locator("[class*='st-key-table_editor_'] [data-testid='stDataFrame']")
+    expect(cell(table, 0, "customer_id")).to_have_text(CUSTOMER)
+    expect(cell(table, 0, "first_name")).to_have_text(old_name)
+
+    # History lists the restore, by the admin.
+    open_history(page, settle)
+    timeline = grid(page, "history_versions")
+    expect(cell(timeline, 0, "version")).to_have_text("2")
+    expect(cell(timeline, 0, "operation")).to_have_text("RESTORE")
+    expect(cell(timeline, 0, "actor")).to_have_text("admin")
+
+
+@pytest.mark.parametrize("username", ["editor", "approver"])
+def test_editors_and_approvers_see_no_restore_control(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    username: str,
+) -> None:
+    server, _ = history_server
+    page = new_page(server.url)
+    sign_in(page, username, demo_workspace.passwords[username], settle)
+    expect(page.get_by_role("link", name="Admin")).to_have_count(0)
+    open_history(page, settle)
+
+    show(page, "Version")
+    choose_version(page, "history_version", 0)
+    filter_rows(page, "history", "customer_id", CUSTOMER)
+    expect(caption(page, "as of version 0")).to_contain_text("Rows 1–1 of 1")
+    expect(cell(grid(page, "history_rows"), 0, "customer_id")).to_have_text(CUSTOMER)
+    # They may read and download any version, but not restore one.
+    expect(page.locator(".st-key-history_download").get_by_role("button", name="Download")).to_be_enabled()
+    expect(page.get_by_role("button", name="Restore to v")).to_have_count(0)
+
+
+@pytest.mark.parametrize("username", ["editor", "approver"])
+def test_the_admin_url_is_refused_to_non_admins(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    username: str,
+) -> None:
+    server, _ = history_server
+    page = new_page(server.url)
+    page.goto("/admin")
+    wait_idle(page)
+    # Signed out, no page but sign-in exists.
+    not_found = page.get_by_role("dialog").filter(has_text="Page not found")
+    expect(not_found).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(not_found).to_have_count(0)
+
+    # Signed in, the admin page is still unknown to them: they land on the main page.
+    sign_in(page, username, demo_workspace.passwords[username], settle)
+    expect(page.get_by_role("link", name="Admin")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Admin")).to_have_count(0)
+    expect(page.get_by_role("button", name="Run OPTIMIZE")).to_have_count(0)
+    expect(page.get_by_test_id("stMetric")).to_have_count(0)
+
+
+def test_the_admin_reaches_the_admin_page(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+) -> None:
+    """The control for the refusals above: the same URL is the Admin page for an admin."""
+    server, _ = history_server
+    page = new_page(server.url)
+    sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
+    page.get_by_role("link", name="Admin").click()
+    settle(page, page.get_by_role("heading", name="Admin"))
+    assert page.url.rstrip("/").endswith("/admin")
+    expect(page.get_by_test_id("stMetric").filter(has_text="Versions")).to_be_visible()
+    expect(page.get_by_role("button", name="Run OPTIMIZE")).to_be_visible()

@@ -1,0 +1,157 @@
+"""Admin page: listed and shown to admins only; table stats, maintenance runs with their report, cleanup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from core import auth, sessions
+from core.catalog import Catalog, open_catalog, reset_catalogs
+from core.config import get_settings
+from tests.page_support import (
+    PASSWORD,
+    button_keys,
+    copy_workspace,
+    edit,
+    has_text,
+    pending,
+    seed_workspace,
+    signed_in,
+    texts,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+APP_DIR = Path(__file__).resolve().parent.parent
+ADMIN_PAGE = "../pages/admin.py"
+HISTORY_PAGE = "../pages/history.py"
+
+
+@pytest.fixture(scope="module")
+def seeded(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``seed_workspace`` plus ``ada``, admin of shop."""
+    folder = seed_workspace(tmp_path_factory.mktemp("pages-admin"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DELTA_DATA_ROOT", str(folder / "delta"))
+        mp.setenv("OREO_DATABASE_URL", f"sqlite:///{folder / 'catalog.db'}")
+        get_settings.cache_clear()
+        reset_catalogs()
+        catalog = open_catalog()
+        auth.create_user(catalog, "ada", password=PASSWORD, display_name="Ada")
+        auth.add_member(catalog, "shop", "ada", "admin")
+        reset_catalogs()
+    get_settings.cache_clear()
+    return folder
+
+
+@pytest.fixture
+def workspace(seeded: Path, data_root: Path) -> Catalog:
+    return copy_workspace(seeded, data_root)
+
+
+def _admin() -> AppTest:
+    at = signed_in("ada", ADMIN_PAGE)
+    assert texts(at.title) == ["Admin"]
+    assert not at.error, texts(at.error)
+    return at
+
+
+@pytest.mark.parametrize(("username", "listed"), [("erin", False), ("abe", False), ("olga", False), ("ada", True)])
+def test_admin_page_is_listed_for_admins_only(workspace: Catalog, username: str, listed: bool) -> None:
+    at = signed_in(username)
+    if listed:
+        at.switch_page(ADMIN_PAGE).run(timeout=300)
+        assert texts(at.title) == ["Admin"]
+    else:
+        with pytest.raises(ValueError, match="Known pages"):
+            at.switch_page(ADMIN_PAGE)
+    # History is there for everyone signed in.
+    at.switch_page(HISTORY_PAGE).run(timeout=300)
+    assert texts(at.title) == ["History"]
+
+
+@pytest.mark.parametrize("username", ["erin", "abe", "olga"])
+def test_the_page_itself_refuses_non_admins(workspace: Catalog, username: str) -> None:
+    """Run as its own script, past the router, the page still refuses and shows nothing of the admin's."""
+    at = AppTest.from_file(str(APP_DIR / "pages" / "admin.py"), default_timeout=300)
+    at.session_state["oreo_username"] = username
+    at.run(timeout=300)
+
+    assert not at.exception, at.exception
+    assert texts(at.error) == ["Admins only: table maintenance needs the admin role in a project."]
+    assert not at.title
+    assert not at.metric
+    assert not button_keys(at)
+
+
+def test_admin_sees_the_table_stats(workspace: Catalog) -> None:
+    at = _admin()
+
+    assert at.selectbox(key="admin_dataset").value == "shop/orders"
+    metrics = {m.label: m.value for m in at.metric}
+    assert set(metrics) == {"Files", "Size", "Small files", "Versions", "Last optimize", "Last vacuum"}
+    assert int(metrics["Files"]) >= 1
+    assert metrics["Versions"] == "1"
+    assert metrics["Last optimize"] == "never"
+    assert metrics["Last vacuum"] == "never"
+    assert {"admin_optimize", "admin_vacuum", "admin_checkpoint", "admin_cleanup"} <= set(button_keys(at))
+
+
+def test_optimize_runs_and_shows_its_report(workspace: Catalog) -> None:
+    at = _admin()
+
+    at.multiselect(key="admin_zorder").select("plan").run(timeout=300)
+    at.button(key="admin_optimize").click().run(timeout=900)
+
+    assert not at.exception, at.exception
+    assert not at.error, texts(at.error)
+    assert has_text(at.success, "OPTIMIZE shop/orders finished.")
+    assert len(at.json) == 1
+    assert at.json[0].proto.expanded is False
+    assert "optimize" in at.json[0].value
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Last optimize"] != "never"
+
+
+def test_checkpoint_runs_and_shows_its_report(workspace: Catalog) -> None:
+    at = _admin()
+
+    at.button(key="admin_checkpoint").click().run(timeout=900)
+
+    assert not at.exception, at.exception
+    assert not at.error, texts(at.error)
+    assert has_text(at.success, "Checkpoint shop/orders finished.")
+    assert "checkpoint" in at.json[0].value
+
+
+def test_forcing_a_short_vacuum_warns_what_stops_being_restorable(workspace: Catalog) -> None:
+    at = _admin()
+    assert not has_text(at.warning, "stop being restorable")
+
+    at.checkbox(key="admin_force").check().run(timeout=300)
+    at.number_input(key="admin_retain").set_value(0.0).run(timeout=300)
+
+    assert has_text(at.warning, "Versions older than 0 hours stop being restorable")
+
+
+def test_cleanup_dry_run_lists_without_removing(workspace: Catalog) -> None:
+    edit(workspace, "erin", sessions.SetCell("1000", "plan", "pro"))
+    at = _admin()
+
+    assert at.toggle(key="admin_dry_run").value is True
+    at.number_input(key="admin_ttl").set_value(0.0).run(timeout=300)
+    at.button(key="admin_cleanup").click().run(timeout=300)
+
+    assert not at.exception, at.exception
+    assert not at.error, texts(at.error)
+    assert has_text(at.markdown, "Would remove **1** session(s)")
+    assert len(pending(workspace, "erin")) == 1  # a dry run leaves it
+
+    at.toggle(key="admin_dry_run").set_value(False).run(timeout=300)
+    at.button(key="admin_cleanup").click().run(timeout=300)
+    assert has_text(at.markdown, "Removed **1** session(s)")
+    assert pending(workspace, "erin") == []

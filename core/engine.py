@@ -219,6 +219,29 @@ def dml_session(commit: CommitInfo, *, txn: tuple[str, int] | None = None) -> It
                 spark.conf.unset(key)
 
 
+def concurrency_exceptions() -> tuple[type[BaseException], ...]:
+    """delta-spark's optimistic-concurrency exceptions, each named (they share no base we rely on)."""
+    from delta.exceptions import (
+        ConcurrentAppendException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentDeleteReadException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+    return (
+        ConcurrentAppendException,
+        ConcurrentDeleteReadException,
+        ConcurrentDeleteDeleteException,
+        ConcurrentTransactionException,
+        ConcurrentWriteException,
+        MetadataChangedException,
+        ProtocolChangedException,
+    )
+
+
 def latest_version(path: Path) -> int:
     """The newest version of a Delta table, from its log folder (no Spark needed).
 

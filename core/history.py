@@ -706,7 +706,7 @@ def _run_restore(main: Path, name: str, version: int, commit: engine.CommitInfo,
             spark.sql(sql).collect()
     except OreoError:
         raise
-    except merge._concurrency_exceptions() as exc:
+    except engine.concurrency_exceptions() as exc:
         if _restored(main, checked, commit.commit_id) is None:
             raise ConflictError(f"{name} changed while restoring ({type(exc).__name__}); try again") from exc
     except Exception as exc:

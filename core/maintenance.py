@@ -323,29 +323,6 @@ def _short_retention_message(project_id: str, dataset_id: str, main: Path, retai
 # ---------------------------------------------------------------- steps
 
 
-def _concurrency_exceptions() -> tuple[type[BaseException], ...]:
-    """delta-spark's optimistic-concurrency exceptions, each named (they share no base we rely on)."""
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
-
-    return (
-        ConcurrentAppendException,
-        ConcurrentDeleteReadException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
-
-
 @contextmanager
 def _spark_step(step: str, target: str) -> Iterator[None]:
     """Translate what Spark raises during ``step`` into Oreo's errors."""
@@ -353,7 +330,7 @@ def _spark_step(step: str, target: str) -> Iterator[None]:
         yield
     except OreoError:
         raise
-    except _concurrency_exceptions() as exc:
+    except engine.concurrency_exceptions() as exc:
         raise ConflictError(
             f"{step} of {target} collided with a concurrent commit and changed nothing; run it again"
         ) from exc

@@ -80,30 +80,7 @@ class ChangeRequestMerged(audit.AuditEvent):
 
 def _retryable() -> tuple[type[BaseException], ...]:
     """What a MERGE attempt may raise that a fresh attempt can fix."""
-    return (*_concurrency_exceptions(), _TableMoved)
-
-
-def _concurrency_exceptions() -> tuple[type[BaseException], ...]:
-    """delta-spark's optimistic-concurrency exceptions, each named (they share no base we rely on)."""
-    from delta.exceptions import (
-        ConcurrentAppendException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentDeleteReadException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
-
-    return (
-        ConcurrentAppendException,
-        ConcurrentDeleteReadException,
-        ConcurrentDeleteDeleteException,
-        ConcurrentTransactionException,
-        ConcurrentWriteException,
-        MetadataChangedException,
-        ProtocolChangedException,
-    )
+    return (*engine.concurrency_exceptions(), _TableMoved)
 
 
 # ---------------------------------------------------------------- conflicts

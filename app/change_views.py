@@ -13,10 +13,13 @@ from app.components import SEVERITY_BADGES, catalog, status_badge
 from core import change_requests
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pandas.io.formats.style import Styler
 
     from core.auth import User
     from core.diff import Change
+    from core.schema import SchemaChange
     from core.validation import ValidationRun
 
 DIFF_PAGE = 100
@@ -105,3 +108,17 @@ def findings(run: ValidationRun | None) -> None:
         where = f" on **{failure.column}**" if failure.column else ""
         count = "" if failure.unexpected_count is None else f" · {failure.unexpected_count:,} unexpected value(s)"
         st.markdown(f"{SEVERITY_BADGES.get(failure.severity, failure.severity)} `{failure.expectation}`{where}{count}")
+
+
+def schema_change_line(change: SchemaChange) -> str:
+    """One schema change as markdown: ``add column email (string)`` or ``widen amount: int → bigint``."""
+    if change.change == "add":
+        return f":green-badge[add column] **{change.column}** ({change.to_type})"
+    return f":orange-badge[widen type] **{change.column}**: {change.from_type} → {change.to_type}"
+
+
+def schema_changes(changes: Sequence[SchemaChange]) -> None:
+    """The schema changes of an import request, and what approving it does with them."""
+    st.markdown("\n".join(f"- {schema_change_line(c)}" for c in changes))
+    added = "; existing rows get an empty value in a new column" if any(c.change == "add" for c in changes) else ""
+    st.caption(f"Approving applies these changes to the table in the same MERGE commit as the rows{added}.")

@@ -23,6 +23,7 @@ else:
     pages = [
         st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/folder_open:", default=True),
         st.Page(PAGES / "table.py", title="Table", icon=":material/table:"),
+        st.Page(PAGES / "imports.py", title="Import", icon=":material/upload_file:"),
         st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
         st.Page(PAGES / "requests.py", title="My requests", icon=":material/outbox:"),
     ]

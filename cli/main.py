@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli.migrate import migrate_app
 from core import auth, change_requests, datasets, engine, projects, sessions
 from core.catalog import Catalog, open_catalog
 from core.errors import InvalidInput, OreoError
@@ -38,6 +39,7 @@ cr_app = typer.Typer(no_args_is_help=True, help="Change requests: submit, review
 app.add_typer(cr_app, name="cr")
 rules_app = typer.Typer(no_args_is_help=True, help="Validation rules (a GX ExpectationSuite per dataset).")
 app.add_typer(rules_app, name="rules")
+app.add_typer(migrate_app, name="migrate")
 
 
 @dataclass
@@ -463,6 +465,8 @@ def _cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
         "closed_at": cr.closed_at,
         "closed_by": cr.closed_by,
         "merged_version": cr.merged_version,
+        "kind": cr.kind,
+        "schema_changes": [c.to_json() for c in cr.schema_changes],
     }
 
 
@@ -509,6 +513,50 @@ def cr_submit(
     emit(
         doc,
         f"change request {cr.id} submitted ({cr.cells} cell(s), {cr.rows} row(s)); validation {cr.validation_status}",
+    )
+
+
+@app.command("append")
+def append_cmd(
+    project_id: str,
+    dataset_id: str,
+    file: Annotated[Path, typer.Option("--file", help="CSV, Parquet or XLSX file.")],
+    as_user: Annotated[str, typer.Option("--as", help="The submitting user (an editor).")],
+    mode: Annotated[
+        str, typer.Option("--mode", help="append: every row is new; upsert: rows matching --key are updated.")
+    ] = "append",
+    key: Annotated[str | None, typer.Option("--key", help="Column to match rows by (upsert).")] = None,
+    sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read.")] = None,
+    title: Annotated[str | None, typer.Option(help="Title of the change request.")] = None,
+) -> None:
+    """Import a file into a dataset as a change request (staged, then validated by GX)."""
+    from core import imports
+
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    cr, plan = imports.import_file(
+        catalog,
+        project_id,
+        dataset_id,
+        file,
+        actor=actor,
+        mode=mode,
+        key=key,
+        sheet=sheet,
+        title=title,
+    )
+    run = change_requests.validation_for(catalog, cr.id, actor=actor)
+    doc = {
+        "cr_id": cr.id,
+        "state": cr.state.value,
+        "validation": _validation_doc(run),
+        "schema_changes": [c.to_json() for c in plan.schema_changes],
+    }
+    changes = "; ".join(c.describe() for c in plan.schema_changes) or "none"
+    emit(
+        doc,
+        f"change request {cr.id} submitted ({cr.rows:,} row(s), {cr.cells:,} cell(s)); "
+        f"schema changes: {changes}; validation {cr.validation_status}",
     )
 
 

@@ -107,6 +107,9 @@ class DatasetRow(Base):
     row_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_by: Mapped[str] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The writer lease of the main table (core.writer): who holds it, and until when.
+    writer: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    writer_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ChangeRequestRow(Base):
@@ -136,6 +139,10 @@ class ChangeRequestRow(Base):
     merged_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     validation_run_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
     validation_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    # "edit" (a live-edit session) or "import" (an uploaded file, ``upload_id``).
+    kind: Mapped[str] = mapped_column(String(16), default="edit", server_default="edit")
+    upload_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    schema_changes: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list
 
 
 class CommentRow(Base):

@@ -6,7 +6,8 @@ change*, plus two columns:
 
 * ``_op``: ``update``, ``insert`` or ``delete``;
 * ``_changed``: the columns the request changes in that row (all given columns for an
-  insert, none for a delete), so a merge updates only those.
+  insert, none for a delete), so a merge updates only those. An import's inserted rows
+  have NULL here: they give every column they carry (``core.imports``).
 
 Spark builds the staged rows itself: the session's edits (text) are pivoted per row,
 cast to the main table's column types and laid over the row as of the session's base
@@ -18,6 +19,7 @@ version. The catalog keeps the request's record and its state machine::
 from __future__ import annotations
 
 import enum
+import json
 import shutil
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +34,7 @@ from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
 from core.layout import DatasetLayout, new_id, validate_id
+from core.schema import SchemaChange
 from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
 
 OP_COLUMN = "_op"
@@ -71,6 +74,9 @@ class ChangeRequest:
     merged_version: int | None
     validation_run_id: str | None = None
     validation_status: str | None = None
+    kind: str = "edit"
+    upload_id: str | None = None
+    schema_changes: tuple[SchemaChange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,9 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
         merged_version=row.merged_version,
         validation_run_id=row.validation_run_id,
         validation_status=row.validation_status,
+        kind=row.kind or "edit",
+        upload_id=row.upload_id,
+        schema_changes=tuple(SchemaChange.from_json(c) for c in json.loads(row.schema_changes or "[]")),
     )
 
 
@@ -204,43 +213,85 @@ def submit_change_request(
     _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
+    record = record_change_request(
+        catalog,
+        layout,
+        dataset,
+        staging,
+        cr_id=cr_id,
+        author=actor.username,
+        title=title,
+        description=description,
+        base_version=info.base_version,
+        rows=rows,
+        cells=cells,
+        session_id=session_id,
+    )
+    mark_submitted(layout, session_id, cr_id)
+    return record
+
+
+def record_change_request(
+    catalog: Catalog,
+    layout: DatasetLayout,
+    dataset: DatasetInfo,
+    staging: Path,
+    *,
+    cr_id: str,
+    author: str,
+    title: str,
+    description: str,
+    base_version: int,
+    rows: int,
+    cells: int,
+    session_id: str | None = None,
+    kind: str = "edit",
+    upload_id: str | None = None,
+    schema_changes: list[SchemaChange] | None = None,
+) -> ChangeRequest:
+    """Validate a written staging table and store the open request with its audit event.
+
+    The catalog row comes last; on any failure the staging table is removed, so a failed
+    submit leaves no request and no staging folder behind.
+    """
     try:
         run = validate_change_request(layout, dataset, staging)
         with catalog.session() as s:
             row = ChangeRequestRow(
                 id=cr_id,
-                project_id=info.project_id,
-                dataset_id=info.dataset_id,
-                author=actor.username,
+                project_id=dataset.project_id,
+                dataset_id=dataset.dataset_id,
+                author=author,
                 title=title,
                 description=description,
                 state=CRState.OPEN.value,
-                base_version=info.base_version,
+                base_version=base_version,
                 session_id=session_id,
                 rows=rows,
                 cells=cells,
                 validation_run_id=run.run_id,
                 validation_status=run.status,
+                kind=kind,
+                upload_id=upload_id,
+                schema_changes=json.dumps([c.to_json() for c in schema_changes]) if schema_changes else None,
             )
             s.add(row)
             s.flush()
             audit.record(
                 s,
                 ChangeRequestSubmitted(
-                    actor=actor.username,
-                    project_id=info.project_id,
-                    dataset_id=info.dataset_id,
+                    actor=author,
+                    project_id=dataset.project_id,
+                    dataset_id=dataset.dataset_id,
                     cr_id=cr_id,
                     rows=rows,
                     cells=cells,
                 ),
             )
-            record = record_from_row(row)
+            return record_from_row(row)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    mark_submitted(layout, session_id, cr_id)
-    return record
 
 
 def validate_change_request(
@@ -252,7 +303,25 @@ def validate_change_request(
     columns = [(c.name, c.type) for c in reads.table_schema(main, version)]
     suite = validation.suite_for(layout, dataset.dataset_id, columns)
     frame = validation.change_frame(main, version, staging, suite)
-    return validation.validate_frame(frame, suite, layout)
+    return validation.validate_frame(frame, suite, layout, version=version)
+
+
+def still_valid(layout: DatasetLayout, dataset: DatasetInfo, run_id: str | None, version: int) -> bool:
+    """Whether a stored run judged the change against ``main`` at ``version`` with today's suite.
+
+    Staging tables are never rewritten and a table version never changes, so such a run's
+    verdict is the verdict a new run would reach.
+    """
+    if run_id is None:
+        return False
+    try:
+        run = validation.load_run(layout, run_id)
+    except NotFound:
+        return False
+    if run.version != version or run.suite_digest is None:
+        return False
+    columns = [(c.name, c.type) for c in reads.table_schema(Path(dataset.path), version)]
+    return run.suite_digest == validation.suite_digest(validation.suite_for(layout, dataset.dataset_id, columns))
 
 
 def validation_for(catalog: Catalog, cr_id: str, *, actor: User) -> validation.ValidationRun | None:
@@ -277,21 +346,30 @@ def diff_change_request(
     if record.state == CRState.MERGED and record.merged_version is not None:
         version = record.merged_version
         columns = [c.name for c in reads.table_schema(layout.main, version)]
-        before = diff.Relation("SELECT * FROM delta_scan(?, version => ?)", [main, version - 1])
-        after = diff.Relation("SELECT * FROM delta_scan(?, version => ?)", [main, version])
+        present = {c.name for c in reads.table_schema(layout.main, version - 1)}
+        scan = "FROM delta_scan(?, version => ?)"
+        before = diff.Relation(f"SELECT {diff.select_list(columns, present)} {scan}", [main, version - 1])
+        after = diff.Relation(f"SELECT * {scan}", [main, version])
         return diff.diff(before, after, columns, limit=limit, offset=offset)
     staging = layout.staging(cr_id)
     if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
         return diff.DiffPage(changes=[], total=0)
-    columns = [c.name for c in reads.table_schema(layout.main, record.base_version)]
-    q = ", ".join(reads.quote_ident(c) for c in columns)
+    # The staged columns: the table's at the base version, plus any the request adds.
+    columns = staged_columns(staging)
+    present = {c.name for c in reads.table_schema(layout.main, record.base_version)}
     before = diff.Relation(
-        f"SELECT {q} FROM delta_scan(?, version => ?) "
+        f"SELECT {diff.select_list(columns, present)} FROM delta_scan(?, version => ?) "
         "WHERE row_id IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert')",
         [main, record.base_version, str(staging)],
     )
+    q = ", ".join(reads.quote_ident(c) for c in columns)
     after = diff.Relation(f"SELECT {q} FROM delta_scan(?) WHERE _op <> 'delete'", [str(staging)])
     return diff.diff(before, after, columns, limit=limit, offset=offset)
+
+
+def staged_columns(staging: Path) -> list[str]:
+    """The data columns of a staging table (``row_id`` first; not ``_op``/``_changed``)."""
+    return [c.name for c in reads.table_schema(staging) if c.name not in (OP_COLUMN, CHANGED_COLUMN)]
 
 
 def get_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
@@ -406,10 +484,12 @@ def comments(catalog: Catalog, cr_id: str, *, actor: User) -> list[Comment]:
 def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
     """The author re-submits an open request against the current version of ``main``.
 
-    A new session, based on the current version, gets the request's changes: each
-    changed cell's new value, the added rows and the deleted rows. Changes to rows that
-    no longer exist (and additions of keys that now exist) are left out. The new session
-    is submitted and validated like any other; then the old request is withdrawn.
+    An import request is planned again from its stored upload (same mode and key) and
+    submitted as a new import request. For an edit request, a new session, based on the
+    current version, gets the request's changes: each changed cell's new value, the added
+    rows and the deleted rows. Changes to rows that no longer exist (and additions of keys
+    that now exist) are left out. The new session is submitted and validated like any
+    other. Either way, the old request is then withdrawn.
 
     Raises:
         PermissionDenied: ``actor`` is not the author.
@@ -425,6 +505,12 @@ def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> Cha
     staging = layout.staging(cr_id)
     if not (staging / "_delta_log").is_dir():
         raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
+    if record.kind == "import":
+        from core import imports  # imports builds on this module
+
+        fresh = imports.resubmit_import(catalog, record, actor=actor)
+        _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=f"re-submitted as {fresh.id}")
+        return fresh
     current = sessions.current_session(catalog, record.project_id, record.dataset_id, actor=actor)
     if current is not None and sessions.effective_edits(layout, current.session_id):
         raise ConflictError(

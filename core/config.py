@@ -54,6 +54,8 @@ class Settings:
     restore_window_days: int = 90
     small_file_mb: int = 32
     max_upload_mb: int = 200
+    writer_wait_s: float = 300.0
+    writer_lease_s: float = 3600.0
     page_size: int = 50
     demo_rows: int = 100_000
     oidc_groups_claim: str = "groups"
@@ -75,6 +77,8 @@ class Settings:
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
             small_file_mb=_int("OREO_SMALL_FILE_MB", 32),
             max_upload_mb=_int("OREO_MAX_UPLOAD_MB", 200),
+            writer_wait_s=float(_int("OREO_WRITER_WAIT_S", 300)),
+            writer_lease_s=float(_int("OREO_WRITER_LEASE_S", 3600)),
             page_size=_int("OREO_PAGE_SIZE", 50),
             demo_rows=_int("OREO_DEMO_ROWS", 100_000),
             oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",

@@ -49,6 +49,12 @@ class Relation:
     params: list[Any]
 
 
+def select_list(columns: list[str], present: set[str]) -> str:
+    """A ``SELECT`` list of ``columns``, with NULL for those a version lacks (added later)."""
+    q = reads.quote_ident
+    return ", ".join(q(c) if c in present else f"NULL AS {q(c)}" for c in columns)
+
+
 def _changes_sql(before: Relation, after: Relation, columns: list[str]) -> tuple[str, list[Any]]:
     q, lit = reads.quote_ident, reads.quote_literal
     cols = [c for c in columns if c != "row_id"]

@@ -37,9 +37,12 @@ TXN_VERSION_CONF = "spark.databricks.delta.write.txnVersion"
 # Table properties every main table gets. Change Data Feed feeds conflict detection and
 # version diffs. Deletion vectors make MERGE/DELETE cheap and DuckDB's delta_scan reads
 # them; column mapping stays off because DuckDB mishandles it (see tests/test_reads.py).
+# Type widening lets an import's MERGE widen a column (int to bigint...) in its own commit.
+TYPE_WIDENING_PROPERTY = "delta.enableTypeWidening"
 MAIN_TABLE_PROPERTIES: dict[str, str] = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableDeletionVectors": "true",
+    TYPE_WIDENING_PROPERTY: "true",
 }
 
 

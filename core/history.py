@@ -47,6 +47,7 @@ from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError
+from core.writer import writing
 
 RESTORE_ACTION = "restore"
 EXPORT_FORMATS: dict[str, Literal["parquet", "csv"]] = {".parquet": "parquet", ".csv": "csv"}
@@ -534,11 +535,6 @@ def _changed_row_files(log: _Log, from_version: int, to_version: int) -> list[st
     return sorted(set(files))
 
 
-def _select(columns: list[str], present: set[str]) -> str:
-    q = reads.quote_ident
-    return ", ".join(q(c) if c in present else f"NULL AS {q(c)}" for c in columns)
-
-
 def diff_versions(
     catalog: Catalog,
     project_id: str,
@@ -582,15 +578,19 @@ def diff_versions(
     files = _changed_row_files(log, before_v, after_v)
     scan = "FROM delta_scan(?, version => ?)"
     if files is None:
-        before = diff.Relation(f"SELECT {_select(columns, present)} {scan}", [str(main), before_v])
-        after = diff.Relation(f"SELECT {_select(columns, set(columns))} {scan}", [str(main), after_v])
+        before = diff.Relation(f"SELECT {diff.select_list(columns, present)} {scan}", [str(main), before_v])
+        after = diff.Relation(f"SELECT {diff.select_list(columns, set(columns))} {scan}", [str(main), after_v])
     else:
         ids = "WHERE row_id IN (SELECT row_id FROM read_parquet(?::VARCHAR[], union_by_name = true))"
         if not files:
             ids, files = "WHERE false", []
         params: list[Any] = [files] if ids != "WHERE false" else []
-        before = diff.Relation(f"SELECT {_select(columns, present)} {scan} {ids}", [str(main), before_v, *params])
-        after = diff.Relation(f"SELECT {_select(columns, set(columns))} {scan} {ids}", [str(main), after_v, *params])
+        before = diff.Relation(
+            f"SELECT {diff.select_list(columns, present)} {scan} {ids}", [str(main), before_v, *params]
+        )
+        after = diff.Relation(
+            f"SELECT {diff.select_list(columns, set(columns))} {scan} {ids}", [str(main), after_v, *params]
+        )
     page, counts = diff.counted_diff(before, after, columns, limit=limit, offset=offset)
     return VersionDiff(
         changes=page.changes,
@@ -661,16 +661,18 @@ def restore_version(
         new_version = landed[0]
     else:
         report("Checking the version")
-        checked = engine.latest_version(main)
         log = _read_log(main)
         if not 0 <= version <= log.latest:
             raise _no_such_version(log, name, version)
         why = _why_not_restorable(log, version)
         if why is not None:
             raise InvalidInput(f"version {version} of {name} cannot be restored: {why}", field="version")
-        report(f"Restoring version {version}")
-        commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
-        new_version = _run_restore(main, name, version, commit, checked)
+        # The writer lease keeps merges out between this check and the RESTORE commit.
+        with writing(catalog, project_id, dataset_id, what=f"a restore by {actor.username}"):
+            report(f"Restoring version {version}")
+            checked = engine.latest_version(main)
+            commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
+            new_version = _run_restore(main, name, version, commit, checked)
     report("Updating the catalog")
     sync_dataset(catalog, project_id, dataset_id, commit, version=new_version)
     with catalog.session() as s:

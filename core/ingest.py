@@ -39,13 +39,20 @@ def file_kind(path: Path) -> str:
     return kind
 
 
-def read_table_file(path: Path | str, *, sheet: str | None = None, max_bytes: int | None = None) -> pa.Table:
+def read_table_file(
+    path: Path | str,
+    *,
+    sheet: str | None = None,
+    max_bytes: int | None = None,
+    csv_types: dict[str, pa.DataType] | None = None,
+) -> pa.Table:
     """Read a CSV, Parquet or XLSX file into an Arrow table.
 
     Args:
         path: The file; its suffix decides the format.
         sheet: The XLSX sheet to read; required when the workbook has several.
         max_bytes: Refuse files larger than this.
+        csv_types: Types to parse these CSV columns as instead of inferring them.
 
     Raises:
         InvalidFile: The file is missing, empty, too large, malformed or unsupported.
@@ -63,7 +70,7 @@ def read_table_file(path: Path | str, *, sheet: str | None = None, max_bytes: in
             path=str(path),
         )
     if kind == "csv":
-        table = _read_csv(path)
+        table = _read_csv(path, csv_types or {})
     elif kind == "parquet":
         table = _read_parquet(path)
     else:
@@ -94,7 +101,15 @@ def _check_utf8(path: Path) -> None:
             ) from exc
 
 
-def _read_csv(path: Path) -> pa.Table:
+def csv_header(path: Path | str) -> list[str]:
+    """The column names of a CSV file's header row (empty for an empty file)."""
+    import csv as stdlib_csv
+
+    with Path(path).open(newline="", encoding="utf-8", errors="replace") as fh:
+        return next(stdlib_csv.reader(fh), [])
+
+
+def _read_csv(path: Path, types: dict[str, pa.DataType]) -> pa.Table:
     from pyarrow import csv
 
     _check_utf8(path)
@@ -103,7 +118,7 @@ def _read_csv(path: Path) -> pa.Table:
             path,
             read_options=csv.ReadOptions(block_size=16 << 20),
             parse_options=csv.ParseOptions(newlines_in_values=True),
-            convert_options=csv.ConvertOptions(strings_can_be_null=True),
+            convert_options=csv.ConvertOptions(strings_can_be_null=True, column_types=types),
         )
     except pa.ArrowInvalid as exc:
         message = str(exc).splitlines()[0]

@@ -33,8 +33,9 @@ actor administers (all of them for a site admin or the command line's ``SYSTEM``
   with no catalog row once untouched for the import TTL (a submit writes its staging
   table before its catalog row, so a fresh one is never caught);
 * ``imports/<upload_id>`` untouched for the import TTL (``OREO_IMPORT_TTL_HOURS``) that
-  no dataset uses. A dataset uses its source upload: the last upload made before the
-  dataset was created (``core.datasets.create_dataset`` keeps it there).
+  nothing uses. A dataset uses its source upload: the last upload made before the
+  dataset was created (``core.datasets.create_dataset`` keeps it there); an open import
+  change request uses its upload (``core.imports``).
 
 ``ttl_hours`` replaces both TTLs. A run spans datasets, so its report goes to
 ``$DELTA_DATA_ROOT/audit/cleanup/<run_id>.json``, with a ``CleanupRun`` audit event.
@@ -692,8 +693,10 @@ def _leftover_staging(
     return found
 
 
-def _orphan_imports(layout: DatasetLayout, created_at: datetime, now: datetime, ttl: timedelta) -> list[_Removal]:
-    uploads = [(folder, _touched(folder)) for folder in _children(layout.imports_root)]
+def _orphan_imports(
+    layout: DatasetLayout, created_at: datetime, now: datetime, ttl: timedelta, in_review: set[str]
+) -> list[_Removal]:
+    uploads = [(folder, _touched(folder)) for folder in _children(layout.imports_root) if folder.name not in in_review]
     earlier = [(t, folder.name) for folder, t in uploads if t <= created_at]
     source = max(earlier)[1] if earlier else None
     return [
@@ -768,7 +771,9 @@ def cleanup(
     run_id = new_id("cln")
     started = now = _now()
     with catalog.session() as s:
-        cr_states = {r.id: r.state for r in s.scalars(select(ChangeRequestRow))}
+        requests = list(s.scalars(select(ChangeRequestRow)))
+        cr_states = {r.id: r.state for r in requests}
+        in_review = {r.upload_id for r in requests if r.upload_id and r.state == "open"}
 
     removals: list[_Removal] = []
     for i, row in enumerate(scope):
@@ -776,7 +781,7 @@ def cleanup(
         layout = layout_for(row.project_id, row.dataset_id)
         removals += _expired_sessions(layout, cr_states, now, session_ttl, import_ttl)
         removals += _leftover_staging(layout, cr_states, now, import_ttl)
-        removals += _orphan_imports(layout, row.created_at, now, import_ttl)
+        removals += _orphan_imports(layout, row.created_at, now, import_ttl, in_review)
 
     if not dry_run:
         report_progress(f"removing {len(removals)} folder(s)", len(scope) / (len(scope) + 1))

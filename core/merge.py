@@ -7,7 +7,8 @@ Approval runs, in order:
 2. **conflicts**: cells the request changes that a commit after its ``base_version``
    changed too, read from ``main``'s change data feed. Any conflict blocks approval;
 3. **validation**: the GX suite against what ``main`` would become (``core.validation``);
-   a critical failure blocks approval;
+   a critical failure blocks approval. The submit's run is reused when it judged the
+   change against the current version with the current suite (same inputs, same verdict);
 4. **one MERGE** of ``staging/<cr_id>`` into ``main`` on ``row_id``, in one commit whose
    userMetadata carries the ``cr_id``, the approver and the validation run id;
 5. catalog sync, audit event, and removal of the staging table and the session.
@@ -23,6 +24,8 @@ check, Delta skips this MERGE (its snapshot has seen a newer txn version) or fai
 with ``ConcurrentTransactionException``; either way the attempt is retried with backoff
 after a fresh conflict check, as are delta-spark's other optimistic-concurrency
 exceptions. A concurrent change to the same cells therefore ends in a ``ConflictError``.
+The check and the MERGE also hold the table's writer lease (``core.writer``), which
+fences them against a restore: Delta's ``RESTORE`` ignores transaction ids.
 """
 
 from __future__ import annotations
@@ -45,10 +48,14 @@ from core.change_requests import (
     get_change_request,
     record_from_row,
     remove_leftovers,
+    staged_columns,
+    still_valid,
     validate_change_request,
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, PermissionDenied, ValidationFailed
+from core.validation import load_run
+from core.writer import writing
 
 Progress = Callable[[float, str], None]
 MERGE_ACTION = "merge_change_request"
@@ -162,20 +169,36 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
 # ---------------------------------------------------------------- merge
 
 
-def _merge_sql(main: Path, staging: Path, columns: list[str]) -> str:
+def _merge_sql(main: Path, staging: Path, columns: list[str], existing: set[str], ops: set[str]) -> str:
+    """The MERGE of a staging table's data ``columns`` into ``main``, whose columns are ``existing``.
+
+    Only the clauses the staged ``ops`` need are written, so an import of new rows is an
+    insert-only MERGE (which Delta runs as one anti-join). A staged column ``main`` lacks
+    (an import's new column) is added by Delta schema evolution in the same commit, as is
+    a widened type (type widening); both need ``WITH SCHEMA EVOLUTION``.
+    """
     q, lit = engine.spark_ident, engine.spark_string
     data = [c for c in columns if c != "row_id"]
+    # Target columns are named bare: a qualified ``t.c`` of a column being added would not resolve.
     updates = ", ".join(
-        f"t.{q(c)} = CASE WHEN array_contains(s.{CHANGED_COLUMN}, {lit(c)}) THEN s.{q(c)} ELSE t.{q(c)} END"
+        f"{q(c)} = CASE WHEN array_contains(s.{CHANGED_COLUMN}, {lit(c)}) THEN s.{q(c)} ELSE t.{q(c)} END"
+        if c in existing
+        else f"{q(c)} = s.{q(c)}"
         for c in data
     )
     names = ", ".join(q(c) for c in columns)
     values = ", ".join(f"s.{q(c)}" for c in columns)
+    clauses = []
+    if "delete" in ops:
+        clauses.append(f"WHEN MATCHED AND s.{OP_COLUMN} = 'delete' THEN DELETE")
+    if "update" in ops and data:
+        clauses.append(f"WHEN MATCHED AND s.{OP_COLUMN} = 'update' THEN UPDATE SET {updates}")
+    if "insert" in ops or not clauses:
+        clauses.append(f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'insert' THEN INSERT ({names}) VALUES ({values})")
+    evolve = "WITH SCHEMA EVOLUTION " if set(columns) - existing else ""
     return (
-        f"MERGE INTO {engine.delta_ref(main)} AS t USING {engine.delta_ref(staging)} AS s ON t.row_id = s.row_id "
-        f"WHEN MATCHED AND s.{OP_COLUMN} = 'delete' THEN DELETE "
-        + (f"WHEN MATCHED AND s.{OP_COLUMN} = 'update' THEN UPDATE SET {updates} " if data else "")
-        + f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'insert' THEN INSERT ({names}) VALUES ({values})"
+        f"MERGE {evolve}INTO {engine.delta_ref(main)} AS t USING {engine.delta_ref(staging)} AS s "
+        f"ON t.row_id = s.row_id " + " ".join(clauses)
     )
 
 
@@ -195,14 +218,41 @@ def _merge_once(
     main: Path,
     staging: Path,
     commit: engine.CommitInfo,
-    checked_version: int | None = None,
+    *,
+    checked_version: int,
 ) -> None:
-    """Run the MERGE; Delta skips it if a merge newer than ``checked_version`` (default: base) landed."""
-    checked = record.base_version if checked_version is None else checked_version
-    columns = [c.name for c in reads.table_schema(main, engine.latest_version(main))]
-    sql = _merge_sql(main, staging, columns)
-    with engine.dml_session(commit, txn=(TXN_APP_ID, checked + 1)) as spark:
+    """Run the MERGE; Delta skips it if a merge newer than ``checked_version`` landed meanwhile."""
+    columns = staged_columns(staging)
+    current = reads.table_schema(main, engine.latest_version(main))
+    existing = {c.name for c in current}
+    ops = {
+        str(r[0])
+        for r in reads.cursor().execute(f"SELECT DISTINCT {OP_COLUMN} FROM delta_scan(?)", [str(staging)]).fetchall()
+    }
+    widened = {c.column for c in record.schema_changes if c.change == "widen"}
+    if widened:
+        _allow_type_widening(main, commit)
+    sql = _merge_sql(main, staging, columns, existing, ops)
+    if widened and "WITH SCHEMA EVOLUTION" not in sql:
+        sql = sql.replace("MERGE INTO", "MERGE WITH SCHEMA EVOLUTION INTO", 1)
+    with engine.dml_session(commit, txn=(TXN_APP_ID, checked_version + 1)) as spark:
         spark.sql(sql).collect()
+
+
+def _allow_type_widening(main: Path, commit: engine.CommitInfo) -> None:
+    """Turn on Delta type widening for a table made before Oreo turned it on at creation.
+
+    Tables Oreo creates have it from their first commit, so the widening lands in the
+    MERGE commit itself; an older table gets this one property commit first.
+    """
+    spark = engine.get_spark()
+    ref = engine.delta_ref(main)
+    props = {r[0]: r[1] for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}
+    if props.get(engine.TYPE_WIDENING_PROPERTY) == "true":
+        return
+    upgrade = engine.new_commit(commit.actor, "enable_type_widening", cr_id=commit.extra.get("cr_id"))
+    with engine.commit_metadata(upgrade):
+        spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ('{engine.TYPE_WIDENING_PROPERTY}' = 'true')").collect()
 
 
 def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
@@ -284,8 +334,12 @@ def approve_change_request(
         _raise_on_conflicts(record, main, staging)
         report(0.25, "Validating the merged result")
         current = engine.latest_version(main)
-        run = validate_change_request(layout, dataset, staging, version=current)
-        _store_validation(catalog, cr_id, run.run_id, run.status)
+        if still_valid(layout, dataset, record.validation_run_id, current):
+            # Nothing was committed since the submit's run: its verdict stands.
+            run = load_run(layout, str(record.validation_run_id))
+        else:
+            run = validate_change_request(layout, dataset, staging, version=current)
+            _store_validation(catalog, cr_id, run.run_id, run.status)
         if run.blocking:
             failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
             raise ValidationFailed(
@@ -295,7 +349,8 @@ def approve_change_request(
         report(0.5, "Merging into main")
         commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run.run_id)
         try:
-            _merge_with_retries(record, main, staging, commit)
+            with writing(catalog, record.project_id, record.dataset_id, what=f"the merge of {cr_id}"):
+                _merge_with_retries(record, main, staging, commit)
         except (ConflictError, ValidationFailed):
             raise
         except _retryable() as exc:

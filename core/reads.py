@@ -280,7 +280,10 @@ _LOCATOR_CACHE_SIZE = 16
 _POINT_READ_MAX_IDS = 8  # past this, one scan of the table is cheaper than a read per row
 # Reader features under which a data file's Parquet columns are exactly the table's
 # columns; any other (column mapping, type widening, ...) keeps lookups on delta_scan.
-_PLAIN_READER_FEATURES = frozenset({"deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
+# The locator casts each value to the table's type, so widened columns read right too.
+_PLAIN_READER_FEATURES = frozenset(
+    {"deletionVectors", "timestampNtz", "typeWidening", "v2Checkpoint", "vacuumProtocolCheck"}
+)
 
 
 @dataclass(frozen=True)

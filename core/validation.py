@@ -14,6 +14,7 @@ GX is imported lazily: it takes seconds to import and most commands never need i
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -57,6 +58,10 @@ class ValidationRun:
     status: Status
     failures: list[Failure] = field(default_factory=list)
     evaluated: int = 0
+    # What was judged: the staged change merged into main at ``version``, by the suite
+    # whose fingerprint is ``suite_digest``. The same basis gives the same verdict.
+    version: int | None = None
+    suite_digest: str | None = None
 
     @property
     def blocking(self) -> bool:
@@ -68,6 +73,8 @@ class ValidationRun:
             "status": self.status,
             "evaluated": self.evaluated,
             "failures": [asdict(f) for f in self.failures],
+            "version": self.version,
+            "suite_digest": self.suite_digest,
         }
 
 
@@ -176,6 +183,8 @@ def load_run(layout: DatasetLayout, run_id: str) -> ValidationRun:
         status=data["status"],
         failures=[Failure(**f) for f in data["failures"]],
         evaluated=int(data.get("evaluated", 0)),
+        version=data.get("version"),
+        suite_digest=data.get("suite_digest"),
     )
 
 
@@ -226,18 +235,63 @@ def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any])
         )
         params += [str(main), int(version), str(staging)]
     try:
-        return reads.cursor().execute(sql, params).to_arrow_table().to_pandas()
+        table = reads.cursor().execute(sql, params).to_arrow_table()
     except Exception as exc:  # duckdb.Error and its subclasses
         raise EngineError(f"DuckDB could not read the staged change: {str(exc).splitlines()[0]}") from exc
+    return to_frame(table)
 
 
-def validate_frame(frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout) -> ValidationRun:
+def to_frame(table: Any) -> pd.DataFrame:
+    """An Arrow table as the pandas frame GX validates.
+
+    Text stays Arrow-backed (``string[pyarrow]``) and dates become ``datetime64``, so GX
+    checks their types once per column instead of once per value, which is what makes a
+    million-row import validate in seconds.
+    """
+    import pandas as pd
+    import pyarrow as pa
+
+    mapping = {pa.string(): pd.StringDtype("pyarrow"), pa.large_string(): pd.StringDtype("pyarrow")}
+    return table.to_pandas(types_mapper=mapping.get, date_as_object=False)
+
+
+def _with_string_dtype(suite: dict[str, Any]) -> dict[str, Any]:
+    """``suite`` with Arrow-backed text accepted wherever text (``object``/``str``) is.
+
+    Suites name pandas dtypes; text now arrives as ``string[pyarrow]`` (see ``to_frame``),
+    which GX matches as ``StringDtype`` while pandas' string storage is pyarrow.
+    """
+    expectations = []
+    for item in suite.get("expectations", []):
+        kwargs = item.get("kwargs") or {}
+        types = kwargs.get("type_list")
+        kind = item.get("type") or item.get("expectation_type")
+        if (
+            kind == "expect_column_values_to_be_in_type_list"
+            and isinstance(types, list)
+            and {"object", "str", "string"} & set(types)
+            and "StringDtype" not in types
+        ):
+            item = {**item, "kwargs": {**kwargs, "type_list": [*types, "StringDtype"]}}
+        expectations.append(item)
+    return {**suite, "expectations": expectations}
+
+
+def suite_digest(suite: dict[str, Any]) -> str:
+    """A fingerprint of a suite's content."""
+    return hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def validate_frame(
+    frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout, *, version: int | None = None
+) -> ValidationRun:
     """Run ``suite`` on ``frame`` and store summary.json and full.json under audit/.
 
     Status is ``failed`` if any critical expectation fails, else ``warning`` if any
     warning fails, else ``passed``.
     """
     import great_expectations as gx
+    import pandas as pd
     from great_expectations.core import ExpectationSuite
 
     run_id = new_id("run")
@@ -248,9 +302,11 @@ def validate_frame(frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLa
     batch = (
         context.data_sources.add_pandas("oreo").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
     )
-    gx_suite = context.suites.add(ExpectationSuite(**{k: v for k, v in suite.items() if k != "id"}))
+    judged = _with_string_dtype(suite)
+    gx_suite = context.suites.add(ExpectationSuite(**{k: v for k, v in judged.items() if k != "id"}))
     definition = gx.ValidationDefinition(data=batch, suite=gx_suite, name=run_id)
-    result = definition.run(batch_parameters={"dataframe": frame})
+    with pd.option_context("mode.string_storage", "pyarrow"):
+        result = definition.run(batch_parameters={"dataframe": frame})
 
     failures: list[Failure] = []
     for r in result.results:
@@ -268,7 +324,14 @@ def validate_frame(frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLa
         )
     severities = {f.severity for f in failures}
     status: Status = "failed" if "critical" in severities else "warning" if "warning" in severities else "passed"
-    run = ValidationRun(run_id=run_id, status=status, failures=failures, evaluated=len(result.results))
+    run = ValidationRun(
+        run_id=run_id,
+        status=status,
+        failures=failures,
+        evaluated=len(result.results),
+        version=version,
+        suite_digest=suite_digest(suite),
+    )
 
     folder = layout.validation_run(run_id)
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import math
 
 import streamlit as st
 
-from app.change_views import DIFF_PAGE, changes_table
+from app.change_views import DIFF_PAGE, changes_table, diff_table
 from app.components import (
     DATASET_KEY,
     catalog,
@@ -30,7 +30,7 @@ from app.history_views import (
     timeline_styled,
     version_label,
 )
-from core import auth, datasets, history
+from core import auth, change_requests, datasets, history
 from core.errors import OreoError
 from core.history import Version
 from core.reads import RowFilter
@@ -145,25 +145,51 @@ def timeline(versions: list[Version], total_versions: int) -> None:
     first = (page_no - 1) * TIMELINE_PAGE + 1 if page.total else 0
     st.caption(
         f"Versions **{first:,}–{first + len(page.versions) - 1:,}** of **{page.total:,}**, newest first · "
-        "greyed versions cannot be restored"
+        "greyed versions cannot be restored · select a version to open its change request"
     )
-    st.container(key="history_versions").dataframe(
+    event = st.container(key="history_versions").dataframe(
         timeline_styled(timeline_frame(page.versions)),
         hide_index=True,
         width="stretch",
         key="history_timeline",
+        on_select="rerun",
+        selection_mode="single-row",
         column_config={
             "time": st.column_config.DatetimeColumn("time (UTC)", format="YYYY-MM-DD HH:mm:ss"),
             "actor": st.column_config.TextColumn("actor", help="Who committed it; for a merge, the approver"),
             "change request": st.column_config.TextColumn(
-                "change request", help="Open it from My requests (author) or Review (approvers)"
+                "change request", help="Select the version to open its change request below"
             ),
         },
     )
+    selected = [page.versions[i] for i in event.selection.rows if i < len(page.versions)]
+    if selected and selected[0].cr_id:
+        change_request_panel(selected[0])
+    elif selected:
+        st.caption(f"Version {selected[0].version} ({selected[0].operation}) was not made by a change request.")
     if num_pages > 1:
         st.pagination(num_pages, key="history_timeline_page", max_visible_pages=9)
     st.subheader("Activity", anchor=False)
     st.container(key="history_chart").altair_chart(activity_chart(versions), key="history_activity", width="stretch")
+
+
+def change_request_panel(version: Version) -> None:
+    """The change request behind a version: who asked, who approved, why, and what it changed."""
+    with oreo_errors(), st.container(border=True, key="history_cr"):
+        record = change_requests.get_change_request(catalog(), str(version.cr_id), actor=user)
+        st.markdown(f"**{record.title}** · `{record.id}` · {record.state.value}")
+        merged = f" · merged as v{record.merged_version}" if record.merged_version is not None else ""
+        st.caption(
+            f"{record.kind} by **{record.author}** on {record.created_at:%Y-%m-%d %H:%M} · "
+            f"approved by **{record.closed_by or '-'}**{merged} · validation {record.validation_status or '-'}"
+        )
+        if record.description:
+            st.markdown(record.description)
+        if record.schema_changes:
+            st.markdown("Schema changes: " + "; ".join(c.describe() for c in record.schema_changes))
+        for comment in change_requests.comments(catalog(), record.id, actor=user):
+            st.caption(f"{comment.author} · {comment.ts:%Y-%m-%d %H:%M}: {comment.body}")
+        diff_table(record.id, user, key="history_cr_diff")
 
 
 def readable(version: Version) -> bool:

@@ -66,6 +66,7 @@ with oreo_errors():
                     "id": cr.id,
                     "state": cr.state.value,
                     "title": cr.title,
+                    "kind": cr.kind,
                     "dataset": f"{cr.project_id}/{cr.dataset_id}",
                     "checks": getattr(cr, "validation_status", None) or "",
                     "rows": cr.rows,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.change_views import diff_table, findings
+from app.change_views import diff_table, findings, schema_change_line, schema_changes
 from app.components import (
     catalog,
     close_dialog,
@@ -32,6 +32,10 @@ def approve_dialog(cr: ChangeRequest) -> None:
         f"Merge **{cr.title}** by `{cr.author}` ({cr.rows} row(s), {cr.cells} cell(s)) into "
         f"`{cr.project_id}/{cr.dataset_id}` as one new version."
     )
+    if cr.schema_changes:
+        st.markdown(
+            "It also changes the table's schema: " + "; ".join(schema_change_line(c) for c in cr.schema_changes) + "."
+        )
     comment = st.text_area("Comment (optional)", key="approve_comment")
     left, right = st.columns(2)
     if right.button("Cancel", key="approve_cancel", width="stretch"):
@@ -111,6 +115,7 @@ with oreo_errors():
                     "id": cr.id,
                     "dataset": f"{cr.project_id}/{cr.dataset_id}",
                     "title": cr.title,
+                    "kind": cr.kind,
                     "author": cr.author,
                     "checks": getattr(cr, "validation_status", None) or "",
                     "rows": cr.rows,
@@ -137,6 +142,7 @@ with oreo_errors():
 
     st.subheader(cr.title, anchor=False)
     st.caption(
+        f"{'**import** · ' if cr.kind == 'import' else ''}"
         f"`{cr.id}` · `{cr.project_id}/{cr.dataset_id}` · by **{cr.author}** · "
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
         f"{cr.rows} row(s), {cr.cells} cell(s)"
@@ -176,6 +182,11 @@ with oreo_errors():
             note.caption(f"Approval is blocked: {' and '.join(blocked)}. Reject it so the author can re-submit.")
         else:
             note.caption(f"Data checks: {status_badge(run.status if run else None)} · no conflicts")
+
+    if cr.schema_changes:
+        with st.container(key="review_schema"):
+            st.subheader("Schema change", anchor=False)
+            schema_changes(cr.schema_changes)
 
     with st.container(key="review_changes"):
         st.subheader("Changes", anchor=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -201,6 +202,9 @@ def test_a_request_landing_right_before_the_merge_is_not_overwritten(
         merge_once(record, *args, **kwargs)
 
     monkeypatch.setattr(merge, "_merge_once", first_lands_just_before)
+    # In one thread the nested approval would wait for the outer one's writer lease; across
+    # processes the lease alone keeps this order out, so it is lifted to test the txn fence.
+    monkeypatch.setattr(merge, "writing", lambda *args, **kwargs: contextlib.nullcontext())
     with pytest.raises(ConflictError):
         merge.approve_change_request(catalog, second.id, actor=ms.user(catalog, "al2"))
     assert ms.main_frame().set_index("row_id").loc["1", "name"] == "first"
@@ -213,7 +217,9 @@ def test_an_older_sync_finishing_last_does_not_move_the_catalog_back(catalog: Ca
         cr = ms.submit(catalog, editor, DISJOINT[editor])
         record = change_requests.get_change_request(catalog, cr.id, actor=al)
         commits.append(engine.new_commit("al", merge.MERGE_ACTION, cr_id=cr.id))
-        merge._merge_once(record, ms.layout().main, ms.layout().staging(cr.id), commits[-1])
+        merge._merge_once(
+            record, ms.layout().main, ms.layout().staging(cr.id), commits[-1], checked_version=ms.log_versions()
+        )
     assert ms.log_versions() == 2
     older_writing, newer_done = threading.Event(), threading.Event()
 

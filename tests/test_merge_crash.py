@@ -186,10 +186,12 @@ def test_a_commit_that_landed_without_its_bookkeeping_is_finished_not_repeated(c
     main, staging = ms.layout().main, ms.layout().staging(cr.id)
     landed = engine.new_commit("al", merge.MERGE_ACTION, cr_id=cr.id)
 
-    merge._merge_once(record, main, staging, landed)
+    merge._merge_once(record, main, staging, landed, checked_version=0)
     assert ms.log_versions() == 1
     # A second MERGE with the same transaction id is skipped by Delta itself: no new commit.
-    merge._merge_once(record, main, staging, engine.new_commit("al", merge.MERGE_ACTION, cr_id=cr.id))
+    merge._merge_once(
+        record, main, staging, engine.new_commit("al", merge.MERGE_ACTION, cr_id=cr.id), checked_version=0
+    )
     assert ms.log_versions() == 1
     assert get_dataset(catalog, ms.PROJECT, ms.DATASET, actor=al).version == 0
 

@@ -119,6 +119,25 @@ def test_timeline_lists_every_version_with_actor_and_request(workspace: Catalog,
     assert spec["encoding"]["color"]["field"] == "operation"
 
 
+def test_selecting_a_version_opens_its_change_request(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = _history("erin")
+    # What the grid sends when the user ticks the row of version 1 (the second row).
+    at.session_state["history_timeline"] = {"selection": {"rows": [1], "columns": [], "cells": []}}
+    at.run(timeout=300)
+
+    assert not at.exception, at.exception
+    assert has_text(at.markdown, f"**Platinum for 1000** · `{ids['platinum']}` · merged")
+    assert has_text(at.caption, "edit by **erin**")
+    assert has_text(at.caption, "approved by **abe** · merged as v1")
+    diff = _frame(at, "history_diff_table")
+    assert list(zip(diff["row_id"], diff["column"], diff["new"], strict=True)) == [("1000", "plan", "platinum")]
+
+    at.session_state["history_timeline"] = {"selection": {"rows": [2], "columns": [], "cells": []}}
+    at.run(timeout=300)
+    assert has_text(at.caption, "was not made by a change request")
+    assert not has_text(at.markdown, "**Platinum for 1000**")
+
+
 def test_preview_shows_a_version_as_it_was(workspace: Catalog) -> None:
     at = _history("erin", "Version")
 

@@ -5,7 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
-from bench.workloads import approve, diff_page, edit_save, history_list, page_read, restore, version_diff
+from bench.workloads import (
+    approve,
+    csv_append,
+    diff_page,
+    edit_save,
+    history_list,
+    migrate_postgres,
+    page_read,
+    restore,
+    version_diff,
+)
 
 Workload = Callable[[BenchConfig], WorkloadResult]
 
@@ -17,4 +27,6 @@ WORKLOADS: dict[str, Workload] = {
     history_list.NAME: history_list.run,
     version_diff.NAME: version_diff.run,
     restore.NAME: restore.run,
+    csv_append.NAME: csv_append.run,
+    migrate_postgres.NAME: migrate_postgres.run,
 }

@@ -1,0 +1,646 @@
+"""Imports: a CSV, Parquet or XLSX file appended or upserted into a dataset, as a change request.
+
+An import is three steps, so a screen can show each one:
+
+1. ``store_upload`` reads the whole file strictly (``core.ingest``: encoding, ragged
+   rows, corrupt Parquet, ambiguous XLSX sheet, size limit) and keeps it as
+   ``imports/<upload_id>/raw.<ext>`` with ``converted.parquet`` beside it and an
+   inferred-schema snapshot ``schema.json`` (seed 002 section 6). CSV columns the table
+   keeps as text or decimals are parsed as such, so "00123" stays "00123".
+2. ``plan_import`` compares the file's schema with the table's (``core.schema``: same,
+   cast, **new**, **widen**, absent, incompatible) and checks the mode:
+
+   * ``append`` - every row is new. Its ``row_id`` is the dataset's key value, or a UUID;
+     a key that already exists is refused (use upsert);
+   * ``upsert`` by a key column - rows whose key matches a row of the table update it
+     (only the cells that differ), the others are inserted. The key is the dataset's key
+     column, ``row_id`` (a re-imported export), or - in a dataset without a key column -
+     any column whose values are unique in the table.
+
+   Keys must be present, non-empty and unique in the file.
+3. ``submit_import`` has Spark write ``staging/<cr_id>`` from ``converted.parquet`` (the
+   same ``_op``/``_changed`` layout as an edit request, see ``core.change_requests``;
+   an inserted row's ``_changed`` is NULL: it gives every column it carries),
+   validates it with GX and opens the change request (kind ``import``) with its schema
+   changes. Review, conflicts and the MERGE are those of every change request; the
+   MERGE adds new columns and widens types through Delta schema evolution in its commit.
+
+Nothing is merged from ``imports/`` directly. A file that cannot be read leaves no
+folder; a stored upload stays while its request is open (the UI keeps it while the user
+picks options) and ``oreo cleanup`` removes it once it is older than the import TTL and
+no open request uses it. ``import_file`` (the CLI's ``oreo append``) does all three and
+removes the upload if any step fails.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core import audit, engine, reads, schema
+from core.auth import Role, User, require_role
+from core.catalog import Catalog, utcnow
+from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request
+from core.config import get_settings
+from core.datasets import ROW_ID, DatasetInfo, get_dataset, layout_for, row_ids_for
+from core.errors import EngineError, InvalidFile, InvalidInput, NotFound, PermissionDenied, ValidationFailed
+from core.ingest import csv_header, file_kind, read_table_file
+from core.layout import new_id, validate_id
+from core.schema import ColumnPlan, SchemaChange
+
+Mode = Literal["append", "upsert"]
+MODES: tuple[Mode, ...] = ("append", "upsert")
+Progress = Callable[[float, str], None]
+_SHOWN = 5
+_ROW_GROUP = 128 * 1024
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A stored file, read and converted, waiting to become a change request."""
+
+    upload_id: str
+    project_id: str
+    dataset_id: str
+    file_name: str
+    kind: str
+    sheet: str | None
+    rows: int
+    columns: list[tuple[str, str]]  # (name, Spark type) as inferred from the file
+    uploaded_by: str
+    uploaded_at: datetime
+    folder: Path
+
+    @property
+    def converted(self) -> Path:
+        return self.folder / "converted.parquet"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "upload_id": self.upload_id,
+            "project": self.project_id,
+            "dataset": self.dataset_id,
+            "file_name": self.file_name,
+            "kind": self.kind,
+            "sheet": self.sheet,
+            "rows": self.rows,
+            "columns": [{"name": n, "type": t} for n, t in self.columns],
+            "uploaded_by": self.uploaded_by,
+            "uploaded_at": self.uploaded_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """How an upload would change the table: checked, ready to submit."""
+
+    upload: Upload
+    mode: Mode
+    key: str | None
+    base_version: int
+    columns: list[ColumnPlan]
+    schema_changes: list[SchemaChange] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportSubmitted(audit.AuditEvent):
+    name = "import_submitted"
+    cr_id: str
+    upload_id: str
+    file_name: str
+    mode: str
+    key: str | None
+    inserts: int
+    updates: int
+    schema_changes: list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------- 1. upload
+
+
+def store_upload(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    file: Path | str,
+    *,
+    actor: User,
+    sheet: str | None = None,
+    file_name: str | None = None,
+    progress: Progress | None = None,
+) -> Upload:
+    """Read ``file`` strictly and keep it under ``imports/<upload_id>/``.
+
+    Args:
+        file: CSV, Parquet or XLSX; its suffix decides the format.
+        sheet: The XLSX sheet; required when the workbook has several.
+        file_name: The name the user knows the file by (default: ``file``'s own).
+
+    Raises:
+        InvalidFile: Unreadable, empty, too large, malformed, or an XLSX sheet not named.
+        PermissionDenied: ``actor`` is not an editor of the project.
+        NotFound: Unknown dataset.
+    """
+    report = progress or (lambda fraction, message: None)
+    dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.EDITOR, action="import a file")
+    file = Path(file)
+    kind = file_kind(file)
+    settings = get_settings()
+    report(0.05, f"Reading {file_name or file.name}")
+    table = read_table_file(
+        file,
+        sheet=sheet,
+        max_bytes=settings.max_upload_mb * 1024 * 1024,
+        csv_types=_csv_types(file, dataset) if kind == "csv" else None,
+    )
+    if table.num_rows == 0:
+        raise InvalidFile(f"{file_name or file.name} has a header but no rows", path=str(file))
+    layout = layout_for(project_id, dataset_id)
+    upload_id = new_id("up")
+    folder = layout.upload(upload_id)
+    upload = Upload(
+        upload_id=upload_id,
+        project_id=project_id,
+        dataset_id=dataset_id,
+        file_name=file_name or file.name,
+        kind=kind,
+        sheet=sheet,
+        rows=table.num_rows,
+        columns=[(f.name, schema.from_arrow(f.type)) for f in table.schema],
+        uploaded_by=actor.username,
+        uploaded_at=utcnow(),
+        folder=folder,
+    )
+    try:
+        folder.mkdir(parents=True)
+        report(0.5, "Keeping the original file")
+        shutil.copyfile(file, folder / f"raw{file.suffix.lower()}")
+        report(0.6, "Converting to Parquet")
+        # Row groups of 128k rows let Spark read the file with every core.
+        pq.write_table(table, upload.converted, row_group_size=_ROW_GROUP)
+        (folder / "schema.json").write_text(json.dumps(upload.to_json(), indent=2))
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    report(1.0, f"Read {table.num_rows:,} rows")
+    return upload
+
+
+def _csv_types(file: Path, dataset: DatasetInfo) -> dict[str, pa.DataType]:
+    """CSV columns to parse as the table's text or decimal type rather than infer."""
+    columns = reads.table_schema(Path(dataset.path), dataset.version)
+    table_types = {c.name.lower(): schema.from_duckdb(c.type) for c in columns}
+    types: dict[str, pa.DataType] = {}
+    for name in csv_header(file):
+        arrow = schema.to_arrow(table_types.get(name.lower(), ""))
+        if arrow is not None:
+            types[name] = arrow
+    return types
+
+
+def get_upload(catalog: Catalog, project_id: str, dataset_id: str, upload_id: str, *, actor: User) -> Upload:
+    """A stored upload, for the user who made it.
+
+    Raises:
+        NotFound: No such upload (or it was cleaned up).
+        PermissionDenied: Someone else's upload.
+    """
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    folder = layout_for(project_id, dataset_id).upload(upload_id)
+    snapshot = folder / "schema.json"
+    if not snapshot.is_file() or not (folder / "converted.parquet").is_file():
+        raise NotFound(f"unknown upload {upload_id!r} in {project_id}/{dataset_id}", kind="upload", ident=upload_id)
+    data = json.loads(snapshot.read_text())
+    if data["uploaded_by"] != actor.username:
+        raise PermissionDenied(f"upload {upload_id} belongs to {data['uploaded_by']!r}", user=actor.username)
+    return Upload(
+        upload_id=upload_id,
+        project_id=project_id,
+        dataset_id=dataset_id,
+        file_name=data["file_name"],
+        kind=data["kind"],
+        sheet=data.get("sheet"),
+        rows=int(data["rows"]),
+        columns=[(c["name"], c["type"]) for c in data["columns"]],
+        uploaded_by=data["uploaded_by"],
+        uploaded_at=datetime.fromisoformat(data["uploaded_at"]),
+        folder=folder,
+    )
+
+
+def discard_upload(upload: Upload) -> None:
+    """Remove an upload that will not be submitted."""
+    shutil.rmtree(upload.folder, ignore_errors=True)
+
+
+def preview(upload: Upload, limit: int = 20) -> pa.Table:
+    """The first ``limit`` rows of an upload, as converted."""
+    parquet = pq.ParquetFile(upload.converted)
+    batches = parquet.iter_batches(batch_size=max(1, limit))
+    first = next(batches, None)
+    return pa.Table.from_batches([first]) if first is not None else parquet.schema_arrow.empty_table()
+
+
+# ---------------------------------------------------------------- 2. plan
+
+
+def compare_with_table(catalog: Catalog, upload: Upload, *, actor: User) -> tuple[DatasetInfo, list[ColumnPlan]]:
+    """The dataset now, and each column of the upload compared with its table."""
+    dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
+    table = [(c.name, schema.from_duckdb(c.type)) for c in reads.table_schema(Path(dataset.path), dataset.version)]
+    return dataset, schema.compare(upload.columns, table)
+
+
+def plan_import(
+    catalog: Catalog, upload: Upload, *, actor: User, mode: str = "append", key: str | None = None
+) -> ImportPlan:
+    """Check that ``upload`` can go into its table in ``mode`` (see the module docstring).
+
+    Raises:
+        InvalidInput: Unknown mode; an incompatible column type (named, with both types);
+            a missing, unusable or ambiguous key; a reserved ``row_id`` column.
+        ValidationFailed: Empty or duplicate keys in the file, or (append) keys the table has.
+    """
+    if mode not in MODES:
+        raise InvalidInput(f"unknown import mode {mode!r}; use append or upsert", field="mode")
+    dataset, columns = compare_with_table(catalog, upload, actor=actor)
+    schema.refuse_incompatible(columns, source=upload.file_name)
+    file_names = {n.lower(): n for n, _ in upload.columns}
+    dataset_key = dataset.key_column
+    if key is not None and mode == "append":
+        raise InvalidInput("--key is for upsert; an append adds every row as new", field="key")
+    if mode == "upsert":
+        if not key:
+            raise InvalidInput("an upsert needs a key column to match rows by", field="key")
+        key = _plan_upsert_key(upload, dataset, columns, key, file_names)
+    elif ROW_ID in file_names and dataset_key != ROW_ID:
+        raise InvalidInput(
+            f"{upload.file_name} has a 'row_id' column, which is Oreo's; to update those rows "
+            "use upsert with the key row_id, or rename the column",
+            field="file",
+        )
+    if dataset_key is not None:
+        if dataset_key.lower() not in file_names:
+            raise InvalidInput(
+                f"{upload.file_name} has no column {dataset_key!r}, the dataset's key; every row needs one",
+                field="file",
+            )
+        _check_keys(upload, file_names[dataset_key.lower()])
+    if mode == "append" and dataset_key is not None:
+        _refuse_existing_keys(upload, dataset, file_names[dataset_key.lower()])
+    return ImportPlan(
+        upload=upload,
+        mode=mode,  # type: ignore[arg-type]
+        key=key,
+        base_version=int(dataset.version or 0),
+        columns=columns,
+        schema_changes=schema.schema_changes(columns),
+    )
+
+
+def _plan_upsert_key(
+    upload: Upload, dataset: DatasetInfo, columns: list[ColumnPlan], key: str, file_names: dict[str, str]
+) -> str:
+    if key.lower() not in file_names:
+        raise InvalidInput(
+            f"upsert key {key!r} is not a column of {upload.file_name}; its columns are: "
+            f"{', '.join(n for n, _ in upload.columns)}",
+            field="key",
+        )
+    if key.lower() == ROW_ID:
+        _check_keys(upload, file_names[ROW_ID])
+        return ROW_ID
+    plan = next((c for c in columns if c.name.lower() == key.lower()), None)
+    if plan is None or plan.status == "new":
+        raise InvalidInput(f"upsert key {key!r} is not a column of the table, so no row can match", field="key")
+    if dataset.key_column is not None and plan.name != dataset.key_column:
+        raise InvalidInput(
+            f"{dataset.project_id}/{dataset.dataset_id} is keyed by {dataset.key_column!r}; upsert by that column",
+            field="key",
+        )
+    _check_keys(upload, file_names[key.lower()])
+    if dataset.key_column is None:
+        q = reads.quote_ident(plan.name)
+        dupes = (
+            reads.cursor()
+            .execute(
+                f"SELECT CAST({q} AS VARCHAR) FROM delta_scan(?, version => ?) WHERE {q} IS NOT NULL "
+                f"GROUP BY {q} HAVING count(*) > 1 LIMIT {_SHOWN}",
+                [dataset.path, int(dataset.version or 0)],
+            )
+            .fetchall()
+        )
+        if dupes:
+            raise InvalidInput(
+                f"column {plan.name!r} is not unique in the table (e.g. {', '.join(str(d[0]) for d in dupes)}), "
+                "so it cannot match rows for an upsert",
+                field="key",
+            )
+    return plan.name
+
+
+def _check_keys(upload: Upload, column: str) -> None:
+    """Refuse empty or duplicated keys in the file (the message shows the first ones)."""
+    values = pq.read_table(upload.converted, columns=[column])
+    try:
+        row_ids_for(values, column)
+    except ValidationFailed as exc:
+        raise ValidationFailed(f"{upload.file_name}: {exc}", offending=exc.offending) from exc
+
+
+def _refuse_existing_keys(upload: Upload, dataset: DatasetInfo, column: str) -> None:
+    q = reads.quote_ident(column)
+    found = (
+        reads.cursor()
+        .execute(
+            f"SELECT m.row_id FROM delta_scan(?, version => ?) m "
+            f"SEMI JOIN read_parquet(?) f ON m.row_id = CAST(f.{q} AS VARCHAR) LIMIT {_SHOWN}",
+            [dataset.path, int(dataset.version or 0), str(upload.converted)],
+        )
+        .fetchall()
+    )
+    if found:
+        raise ValidationFailed(
+            f"{upload.file_name} has keys the table already has ({', '.join(str(r[0]) for r in found)}); "
+            "an append only adds new rows - use upsert to update them",
+            offending=tuple(str(r[0]) for r in found),
+        )
+
+
+# ---------------------------------------------------------------- 3. submit
+
+
+def submit_import(
+    catalog: Catalog,
+    plan: ImportPlan,
+    *,
+    actor: User,
+    title: str | None = None,
+    description: str = "",
+    progress: Progress | None = None,
+) -> ChangeRequest:
+    """Stage ``plan``'s rows with Spark, validate them and open the change request.
+
+    Raises:
+        PermissionDenied: Not the uploader, or not an editor.
+        ConflictError: The table moved since the plan was made (plan again).
+        InvalidInput: The file changes nothing; the title is too long.
+        EngineError: Spark could not write the staging table (nothing is kept).
+    """
+    report = progress or (lambda fraction, message: None)
+    upload = plan.upload
+    if upload.uploaded_by != actor.username:
+        raise PermissionDenied(f"upload {upload.upload_id} belongs to {upload.uploaded_by!r}", user=actor.username)
+    require_role(catalog, actor, upload.project_id, Role.EDITOR, action="submit an import")
+    dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
+    if int(dataset.version or 0) != plan.base_version:
+        plan = plan_import(catalog, upload, actor=actor, mode=plan.mode, key=plan.key)
+    title = (title or f"Import {upload.file_name} into {upload.project_id}/{upload.dataset_id}").strip()
+    if len(title) > 300:
+        raise InvalidInput("the title must be at most 300 characters", field="title")
+    layout = layout_for(upload.project_id, upload.dataset_id)
+    cr_id = new_id("cr")
+    staging = layout.staging(cr_id)
+    commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
+    report(0.1, f"Staging {upload.rows:,} rows with Spark")
+    _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
+    try:
+        given = sum(1 for c in plan.columns if c.status != "absent")
+        inserts, updates, cells = _staged_counts(staging, given)
+        if inserts + updates == 0:
+            raise InvalidInput(f"{upload.file_name} changes nothing: every row equals the table's", field="file")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    report(0.6, "Validating with Great Expectations")
+    record = record_change_request(
+        catalog,
+        layout,
+        dataset,
+        staging,
+        cr_id=cr_id,
+        author=actor.username,
+        title=title,
+        description=description,
+        base_version=plan.base_version,
+        rows=inserts + updates,
+        cells=cells,
+        kind="import",
+        upload_id=upload.upload_id,
+        schema_changes=plan.schema_changes,
+    )
+    _note_submitted(upload, record.id, plan)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            ImportSubmitted(
+                actor=actor.username,
+                project_id=upload.project_id,
+                dataset_id=upload.dataset_id,
+                cr_id=cr_id,
+                upload_id=upload.upload_id,
+                file_name=upload.file_name,
+                mode=plan.mode,
+                key=plan.key,
+                inserts=inserts,
+                updates=updates,
+                schema_changes=[c.to_json() for c in plan.schema_changes],
+            ),
+        )
+    report(1.0, f"Change request {cr_id} submitted")
+    return record
+
+
+def _note_submitted(upload: Upload, cr_id: str, plan: ImportPlan) -> None:
+    """Record in the upload's snapshot which request it became, and how (for a re-submit)."""
+    snapshot = upload.folder / "schema.json"
+    data = json.loads(snapshot.read_text())
+    data["submitted"] = {"cr_id": cr_id, "mode": plan.mode, "key": plan.key}
+    snapshot.write_text(json.dumps(data, indent=2))
+
+
+def resubmit_import(catalog: Catalog, record: ChangeRequest, *, actor: User) -> ChangeRequest:
+    """Plan an open import request's upload again on the current version and submit it anew.
+
+    The caller withdraws the old request.
+
+    Raises:
+        NotFound: The upload is gone.
+        InvalidInput / ValidationFailed: The file no longer fits the table as it is now.
+    """
+    upload = get_upload(catalog, record.project_id, record.dataset_id, str(record.upload_id), actor=actor)
+    how = json.loads((upload.folder / "schema.json").read_text()).get("submitted") or {}
+    plan = plan_import(catalog, upload, actor=actor, mode=how.get("mode", "append"), key=how.get("key"))
+    return submit_import(catalog, plan, actor=actor, title=record.title, description=record.description)
+
+
+def _write_staging(
+    main: Path, staging: Path, plan: ImportPlan, dataset_key: str | None, commit: engine.CommitInfo
+) -> None:
+    """Have Spark build the staged rows from ``converted.parquet`` and write them.
+
+    Each row gets its ``row_id`` (the matched row's, the dataset key's value, or a UUID),
+    its values cast to their type after the import, ``_op`` and ``_changed``: all the
+    file's columns for an insert, the cells that differ for an update. Updates that
+    change nothing are left out.
+    """
+    q, lit = engine.spark_ident, engine.spark_string
+    spark = engine.get_spark()
+    upload = plan.upload
+    view = f"oreo_import_{commit.commit_id.replace('-', '')}"
+    in_file = {n.lower(): n for n, _ in upload.columns}
+    table_cols = [c for c in plan.columns if c.status != "new"]
+    ordered = [c for c in _table_order(main, plan.base_version, table_cols)] + [
+        c for c in plan.columns if c.status == "new"
+    ]
+    given = [c for c in ordered if c.status != "absent"]
+
+    def value(c: ColumnPlan) -> str:
+        return f"CAST(f.{q(in_file[c.name.lower()])} AS {c.final_type})"
+
+    new_id_sql = "uuid()" if dataset_key is None else f"CAST(f.{q(in_file[dataset_key.lower()])} AS STRING)"
+    # An inserted row gives every column it carries: NULL says so without a list per row.
+    inserted = "CAST(NULL AS ARRAY<STRING>)"
+    if plan.mode == "append":
+        select = [f"{new_id_sql} AS row_id"]
+        select += [
+            (value(c) if c.status != "absent" else f"CAST(NULL AS {c.final_type})") + f" AS {q(c.name)}"
+            for c in ordered
+        ]
+        select += [f"'insert' AS {OP_COLUMN}", f"{inserted} AS {CHANGED_COLUMN}"]
+        sql = f"SELECT {', '.join(select)} FROM {view} f"
+    else:
+        key = str(plan.key)
+        if key == ROW_ID:
+            on = f"m.row_id = CAST(f.{q(in_file[ROW_ID])} AS STRING)"
+            if dataset_key is None:
+                new_id_sql = f"coalesce(CAST(f.{q(in_file[ROW_ID])} AS STRING), uuid())"
+        elif key == dataset_key:
+            on = f"m.row_id = {new_id_sql}"
+        else:
+            key_plan = next(c for c in ordered if c.name == key)
+            on = f"m.{q(key)} = {value(key_plan)}"
+        select = [f"coalesce(m.row_id, {new_id_sql}) AS row_id"]
+        for c in ordered:
+            if c.status == "absent":
+                kept = f"CASE WHEN m.row_id IS NULL THEN CAST(NULL AS {c.final_type}) ELSE m.{q(c.name)} END"
+                select.append(f"{kept} AS {q(c.name)}")
+            else:
+                select.append(f"{value(c)} AS {q(c.name)}")
+        differs = ", ".join(
+            f"CASE WHEN {value(c)} IS NOT NULL THEN {lit(c.name)} END"
+            if c.status == "new"
+            else f"CASE WHEN NOT ({value(c)} <=> m.{q(c.name)}) THEN {lit(c.name)} END"
+            for c in given
+        )
+        select += [
+            f"CASE WHEN m.row_id IS NULL THEN 'insert' ELSE 'update' END AS {OP_COLUMN}",
+            f"CASE WHEN m.row_id IS NULL THEN {inserted} ELSE filter(array({differs}), x -> x IS NOT NULL) END "
+            f"AS {CHANGED_COLUMN}",
+        ]
+        sql = (
+            f"SELECT * FROM (SELECT {', '.join(select)} FROM {view} f LEFT JOIN {view}_main m ON {on}) "
+            f"WHERE {OP_COLUMN} = 'insert' OR size({CHANGED_COLUMN}) > 0"
+        )
+    try:
+        spark.read.parquet(str(upload.converted)).createOrReplaceTempView(view)
+        if plan.mode == "upsert":
+            spark.read.format("delta").option("versionAsOf", plan.base_version).load(str(main)).createOrReplaceTempView(
+                f"{view}_main"
+            )
+        with engine.commit_metadata(commit):
+            spark.sql(sql).write.format("delta").save(str(staging))
+    except Exception as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
+    finally:
+        for name in (view, f"{view}_main"):
+            try:
+                spark.catalog.dropTempView(name)
+            except Exception:  # not created if the read failed
+                pass
+
+
+def _table_order(main: Path, version: int, columns: list[ColumnPlan]) -> list[ColumnPlan]:
+    """``columns`` in the table's own column order."""
+    position = {c.name: i for i, c in enumerate(reads.table_schema(main, version))}
+    return sorted(columns, key=lambda c: position.get(c.name, len(position)))
+
+
+def _staged_counts(staging: Path, given: int) -> tuple[int, int, int]:
+    """(inserted rows, updated rows, changed cells) of a staging table; an insert sets ``given`` cells."""
+    row = (
+        reads.cursor()
+        .execute(
+            f"SELECT count(*) FILTER (WHERE {OP_COLUMN} = 'insert'), count(*) FILTER (WHERE {OP_COLUMN} = 'update'), "
+            f"coalesce(sum(len({CHANGED_COLUMN})) FILTER (WHERE {OP_COLUMN} = 'update'), 0) FROM delta_scan(?)",
+            [str(staging)],
+        )
+        .fetchone()
+    )
+    if not row:
+        return 0, 0, 0
+    inserts, updates, changed = int(row[0]), int(row[1]), int(row[2])
+    return inserts, updates, changed + inserts * given
+
+
+# ---------------------------------------------------------------- all at once
+
+
+def import_file(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    file: Path | str,
+    *,
+    actor: User,
+    mode: str = "append",
+    key: str | None = None,
+    sheet: str | None = None,
+    title: str | None = None,
+    description: str = "",
+    file_name: str | None = None,
+    progress: Progress | None = None,
+) -> tuple[ChangeRequest, ImportPlan]:
+    """Upload, plan and submit in one go (``oreo append``); a failure removes the upload."""
+    if mode not in MODES:
+        raise InvalidInput(f"unknown import mode {mode!r}; use append or upsert", field="mode")
+    validate_id(project_id, kind="project id")
+    validate_id(dataset_id, kind="dataset id")
+    upload = store_upload(
+        catalog, project_id, dataset_id, file, actor=actor, sheet=sheet, file_name=file_name, progress=progress
+    )
+    try:
+        plan = plan_import(catalog, upload, actor=actor, mode=mode, key=key)
+        record = submit_import(catalog, plan, actor=actor, title=title, description=description, progress=progress)
+    except BaseException:
+        discard_upload(upload)
+        raise
+    return record, plan
+
+
+@contextmanager
+def saved_upload(data: bytes, file_name: str) -> Iterator[Path]:
+    """An uploaded file's bytes as a private temporary file of the same name, removed after.
+
+    Keeping the name means the reader's messages name the file the user knows.
+    """
+    name = Path(file_name).name or "upload"
+    folder = Path(tempfile.mkdtemp(prefix="oreo-upload-"))
+    try:
+        path = folder / name
+        path.write_bytes(data)
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,999 @@
+"""Migrating a PostgreSQL table or a folder of Parquet files into a new dataset, with a parity report.
+
+The target is checked first (ids, the actor's admin role, no such dataset yet), then the
+source is read into Arrow and handed to ``core.datasets.create_dataset`` through a
+temporary Parquet file outside the data root, so a migration leaves exactly what a
+create leaves, and nothing when it fails.
+
+PostgreSQL is read with psycopg: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by
+pyarrow with an explicit Arrow schema derived from the catalog types, all in one
+read-only REPEATABLE READ transaction, so the rows read and the source checksums see
+one snapshot. PostgreSQL computes the checksums while Spark writes the table.
+
+The parity report compares the source, as its own engine sees it (SQL inside
+PostgreSQL, DuckDB over the Parquet files), with the Delta table as DuckDB reads it
+back. Every cell gets a canonical text that both engines spell alike:
+
+=========== ================================================================
+integer     decimal digits
+decimal     digits with trailing fraction zeros trimmed (``1.50`` -> ``1.5``)
+float       ``NaN``, ``Infinity``, ``-Infinity``, else ``%.16e`` (17 significant
+            digits: exactly one text per double; a real is widened to double)
+text        the text itself (``char(n)`` keeps its padding)
+boolean     ``true`` / ``false``
+date        days since 1970-01-01
+timestamp   microseconds since 1970-01-01 UTC (a naive timestamp counts as UTC)
+=========== ================================================================
+
+A value's cell text is ``=`` followed by that text; NULL is ``NULL`` (so NULL and the
+empty string differ). A cell's digest is the first 15 hex digits (60 bits) of the md5
+of its UTF-8 cell text; a column checksum is the sum of its cells' digests over all
+rows. The table hash is the same sum over row digests: the first 60 bits of the md5 of
+the row's cell digests concatenated in column order, so it also changes when values
+move between rows. Sums are order-independent and exact (decimal strings).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core import datasets, reads
+from core.auth import SYSTEM, Role, User, require_role
+from core.catalog import Catalog, DatasetRow, ProjectRow
+from core.config import get_settings
+from core.errors import AlreadyExists, EngineError, InvalidFile, InvalidInput, NotFound, OreoError
+from core.ingest import check_column_names, normalise_types
+from core.layout import validate_id
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
+
+Progress = Callable[[float, str], None]
+Kind = Literal["integer", "decimal", "float", "text", "boolean", "date", "timestamp", "binary"]
+
+ROW_ID = datasets.ROW_ID
+_MAX_DECIMAL_PRECISION = 38  # Spark's and DuckDB's limit
+_MIN_POSTGRES = 130000  # trim_scale() and min_scale() arrived in PostgreSQL 13
+_CONNECT_TIMEOUT_S = 10
+_COPY_CHUNK_LOG = 64 << 20  # report COPY progress every this many bytes
+
+
+@dataclass(frozen=True)
+class ColumnParity:
+    """One column's checksum on each side."""
+
+    name: str
+    source_checksum: str
+    delta_checksum: str
+
+    @property
+    def match(self) -> bool:
+        return self.source_checksum == self.delta_checksum
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    """Row counts, column checksums and table hashes of the source and the written table.
+
+    ``version`` is the new dataset's Delta version; None on a dry run, where the Delta side
+    is computed over the data as it would be written.
+    """
+
+    source_rows: int
+    delta_rows: int
+    columns: tuple[ColumnParity, ...]
+    table_hash_source: str
+    table_hash_delta: str
+    version: int | None
+
+    @property
+    def match(self) -> bool:
+        return (
+            self.source_rows == self.delta_rows
+            and all(c.match for c in self.columns)
+            and self.table_hash_source == self.table_hash_delta
+        )
+
+    @property
+    def mismatched_columns(self) -> list[str]:
+        return [c.name for c in self.columns if not c.match]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_rows": self.source_rows,
+            "delta_rows": self.delta_rows,
+            "columns": [
+                {"name": c.name, "source_checksum": c.source_checksum, "delta_checksum": c.delta_checksum}
+                for c in self.columns
+            ],
+            "table_hash_source": self.table_hash_source,
+            "table_hash_delta": self.table_hash_delta,
+            "match": self.match,
+            "version": self.version,
+        }
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A source column: its name, how its values are compared, and its DuckDB type."""
+
+    name: str
+    kind: Kind
+    source_type: str  # as the source spells it, for messages
+    duck_type: str  # the DuckDB type of the values; the Delta side is cast back to it if it differs
+
+
+@dataclass(frozen=True)
+class _Checksums:
+    rows: int
+    columns: tuple[str, ...]
+    table_hash: str
+
+
+def _report(source: _Checksums, delta: _Checksums, columns: Sequence[_Column], version: int | None) -> ParityReport:
+    return ParityReport(
+        source_rows=source.rows,
+        delta_rows=delta.rows,
+        columns=tuple(
+            ColumnParity(name=c.name, source_checksum=s, delta_checksum=d)
+            for c, s, d in zip(columns, source.columns, delta.columns, strict=True)
+        ),
+        table_hash_source=source.table_hash,
+        table_hash_delta=delta.table_hash,
+        version=version,
+    )
+
+
+def _noop(fraction: float, message: str) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- PostgreSQL
+
+
+def migrate_postgres(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    dsn: str,
+    table: str,
+    key: str | None = None,
+    dry_run: bool = False,
+    actor: User = SYSTEM,
+    progress: Progress | None = None,
+) -> ParityReport:
+    """Create a dataset from a PostgreSQL table and compare both sides.
+
+    Args:
+        catalog: The catalog.
+        project_id: An existing project.
+        dataset_id: A new dataset id.
+        dsn: A libpq connection string or ``postgresql://`` URL (a SQLAlchemy
+            ``postgresql+psycopg://`` URL is accepted too). Passwords may come from
+            ``PGPASSWORD`` or ``~/.pgpass`` instead.
+        table: ``schema.table`` or ``table`` (found through the search path); names are
+            case-sensitive.
+        key: Column whose values become ``row_id``; unique, non-null. None: UUIDs.
+        dry_run: Read and compare, create nothing.
+        actor: Must be admin in the project.
+        progress: Called with (fraction done, what is happening).
+
+    Returns:
+        The parity report; ``version`` is None on a dry run.
+
+    Raises:
+        InvalidInput: Bad ids, DSN, key, column names or an unsupported column type;
+            the server cannot be reached or refuses the login.
+        NotFound: Unknown project or table.
+        AlreadyExists: The dataset exists.
+        PermissionDenied: ``actor`` is not an admin of the project.
+        ValidationFailed: Duplicate or NULL keys.
+        EngineError: PostgreSQL, Spark or DuckDB failed; nothing is left behind, except when
+            only the source checksums fail after the dataset was written: it stays, whole,
+            and the message says so.
+    """
+    report = progress or _noop
+    _check_target(catalog, project_id, dataset_id, actor)
+    with _connect(dsn) as conn, _translate_pg_errors(table):
+        relation, label = _resolve_table(conn, table)
+        columns = _pg_columns(conn, relation, label)
+        _check_columns([c.column.name for c in columns], key, source=label)
+        columns = _profile(conn, relation, columns, label)
+        report(0.05, f"reading {label}")
+        with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
+            arrow = _copy_to_arrow(conn, relation, columns, Path(tmp))
+        report(0.35, f"read {arrow.num_rows:,} rows; PostgreSQL computes the source checksums meanwhile")
+        # PostgreSQL hashes its rows while Spark writes them: the two engines work at once.
+        with _in_background(_pg_checksums, conn, relation, columns, cancel=conn.cancel_safe) as source:
+            safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+            return _finish(
+                catalog,
+                project_id,
+                dataset_id,
+                arrow,
+                [c.column for c in columns],
+                lambda: _translated(source, table),
+                key=key,
+                dry_run=dry_run,
+                actor=actor,
+                file_name=f"postgres-{safe}.parquet",
+                report=report,
+            )
+
+
+@dataclass(frozen=True)
+class _PgColumn:
+    """A PostgreSQL column and how it travels: the exported text, its parse type and final Arrow type."""
+
+    column: _Column
+    base: str  # the base type's name (domains resolved), e.g. int4, numeric, timestamptz
+    precision: int | None = None
+    scale: int | None = None
+    unconstrained: bool = False  # numeric without (p,s): its decimal type is found from the data
+
+
+_PG_SUPPORTED = (
+    "smallint, integer, bigint, numeric, real, double precision, text, varchar, char, uuid, json, jsonb, "
+    "enums, boolean, date, timestamp, timestamp with time zone"
+)
+_PG_TEXT = {"text", "varchar", "bpchar", "name", "uuid", "json", "jsonb"}
+_PG_SIMPLE: dict[str, tuple[Kind, str]] = {
+    "int2": ("integer", "SMALLINT"),
+    "int4": ("integer", "INTEGER"),
+    "int8": ("integer", "BIGINT"),
+    "float4": ("float", "FLOAT"),
+    "float8": ("float", "DOUBLE"),
+    "bool": ("boolean", "BOOLEAN"),
+    "date": ("date", "DATE"),
+    "timestamp": ("timestamp", "TIMESTAMP WITH TIME ZONE"),
+    "timestamptz": ("timestamp", "TIMESTAMP WITH TIME ZONE"),
+}
+
+
+def _libpq_dsn(dsn: str) -> dict[str, Any]:
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    if not dsn or not dsn.strip():
+        raise InvalidInput("the PostgreSQL DSN is empty", field="dsn")
+    # SQLAlchemy URLs (OREO_DATABASE_URL) name a driver libpq does not know.
+    dsn = re.sub(r"^postgres(?:ql)?\+\w+://", "postgresql://", dsn.strip())
+    try:
+        params: dict[str, Any] = conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        raise InvalidInput(
+            f"invalid PostgreSQL DSN: {_first_line(exc)}",
+            field="dsn",
+            hint="use postgresql://user@host:port/dbname or 'host=... dbname=...'",
+        ) from exc
+    params.setdefault("connect_timeout", _CONNECT_TIMEOUT_S)
+    params.setdefault("application_name", "oreo-migrate")
+    return params
+
+
+@contextmanager
+def _connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    import psycopg
+
+    params = _libpq_dsn(dsn)
+    try:
+        conn = psycopg.connect(**params)
+    except psycopg.Error as exc:
+        reason = re.sub(r"^connection failed:\s*", "", _first_line(exc))
+        raise InvalidInput(
+            f"cannot connect to PostgreSQL: {reason}",
+            field="dsn",
+            hint="check the host, port, user, password and database in --dsn",
+        ) from exc
+    try:
+        version = conn.info.server_version
+        if version < _MIN_POSTGRES:
+            raise InvalidInput(
+                f"PostgreSQL {version // 10000} is too old to migrate from; version 13 or later is needed", field="dsn"
+            )
+        try:
+            conn.execute("SET TimeZone TO 'UTC'")
+            conn.execute("SET client_encoding TO 'UTF8'")
+            conn.execute("SET extra_float_digits TO 3")  # shortest exact text for floats
+            conn.commit()
+        except psycopg.Error as exc:
+            raise EngineError(f"PostgreSQL refused the session settings: {_first_line(exc)}") from exc
+        # One snapshot for the profile, the COPY and the checksums.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
+        yield conn
+    finally:
+        try:
+            conn.rollback()
+        except psycopg.Error:
+            pass  # a broken connection has nothing to roll back
+        conn.close()
+
+
+@contextmanager
+def _in_background(
+    fn: Callable[..., _Checksums], *args: Any, cancel: Callable[[], None]
+) -> Iterator[Callable[[], _Checksums]]:
+    """Run ``fn(*args)`` in a thread; yield a function that waits for its result.
+
+    Leaving early (an error, Ctrl-C) cancels it with ``cancel`` and waits for the thread,
+    so the connection it uses is idle before it is closed.
+    """
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="oreo-migrate")
+    future = pool.submit(fn, *args)
+    try:
+        yield future.result
+    except BaseException:
+        if not future.done():
+            try:
+                cancel()
+            except Exception:  # a failed cancel only means waiting for the query to end
+                pass
+        raise
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _translated(result: Callable[[], _Checksums], table: str) -> _Checksums:
+    with _translate_pg_errors(table):
+        return result()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextmanager
+def _translate_pg_errors(table: str) -> Iterator[None]:
+    import psycopg
+    from psycopg import errors
+
+    try:
+        yield
+    except OreoError:
+        raise
+    except errors.InsufficientPrivilege as exc:
+        raise InvalidInput(
+            f"PostgreSQL refused to read {table}: {_first_line(exc)}", field="table", hint="GRANT SELECT to the user"
+        ) from exc
+    except psycopg.Error as exc:
+        raise EngineError(f"PostgreSQL failed while reading {table}: {_first_line(exc)}") from exc
+
+
+def _resolve_table(conn: psycopg.Connection[Any], table: str) -> tuple[sql.Identifier, str]:
+    """The table as a quoted identifier and as ``schema.table`` for messages."""
+    from psycopg import sql
+
+    if not table or not table.strip():
+        raise InvalidInput("the table name is empty", field="table")
+    parts = table.split(".", 1)
+    if any(not p for p in parts):
+        raise InvalidInput(f"invalid table name {table!r}: use schema.table or table", field="table")
+    quoted = sql.Identifier(*parts).as_string(conn)
+    row = conn.execute(
+        "SELECT n.nspname, c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.oid = to_regclass(%s)",
+        [quoted],
+    ).fetchone()
+    if row is None:
+        raise NotFound(
+            f"PostgreSQL table {table!r} not found",
+            kind="table",
+            ident=table,
+            hint="names are case-sensitive; unquoted names are stored in lower case",
+        )
+    schema, name, relkind = row
+    if relkind not in ("r", "p", "v", "m", "f"):
+        raise InvalidInput(f"{schema}.{name} is not a table or view", field="table")
+    return sql.Identifier(schema, name), f"{schema}.{name}"
+
+
+def _pg_columns(conn: psycopg.Connection[Any], relation: sql.Identifier, label: str) -> list[_PgColumn]:
+    rows = conn.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod), bt.typname, bt.typtype, bn.nspname,
+               format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END)
+        FROM pg_attribute a
+        JOIN pg_type t ON t.oid = a.atttypid
+        JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+        JOIN pg_namespace bn ON bn.oid = bt.typnamespace
+        WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum
+        """,
+        [relation.as_string(conn)],
+    ).fetchall()
+    if not rows:
+        raise InvalidInput(f"{label} has no columns", field="table")
+    return [_pg_column(*row, label=label) for row in rows]
+
+
+def _pg_column(
+    name: str, declared: str, base: str, typtype: str, namespace: str, base_declared: str, *, label: str
+) -> _PgColumn:
+    if typtype == "e":
+        return _PgColumn(_Column(name, "text", declared, "VARCHAR"), base="enum")
+    if namespace == "pg_catalog" and base in _PG_TEXT:
+        return _PgColumn(_Column(name, "text", declared, "VARCHAR"), base=base)
+    if namespace == "pg_catalog" and base in _PG_SIMPLE:
+        kind, duck = _PG_SIMPLE[base]
+        return _PgColumn(_Column(name, kind, declared, duck), base=base)
+    if namespace == "pg_catalog" and base == "numeric":
+        found = re.fullmatch(r"numeric(?:\((\d+)(?:,(-?\d+))?\))?", base_declared)
+        if found is None or found.group(1) is None:
+            # The decimal type is decided once the data is profiled.
+            return _PgColumn(_Column(name, "decimal", declared, ""), base=base, unconstrained=True)
+        precision, scale = int(found.group(1)), int(found.group(2) or 0)
+        if precision > _MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+            raise InvalidInput(
+                f"column {name!r} of {label} is {declared}; Delta decimals hold at most "
+                f"{_MAX_DECIMAL_PRECISION} digits with a scale between 0 and the precision",
+                field="table",
+                hint="cast it in a view, e.g. numeric(38,s), and migrate the view",
+            )
+        return _PgColumn(
+            _Column(name, "decimal", declared, f"DECIMAL({precision},{scale})"),
+            base=base,
+            precision=precision,
+            scale=scale,
+        )
+    raise InvalidInput(
+        f"column {name!r} of {label} has the PostgreSQL type {declared}, which oreo migrate cannot carry; "
+        f"supported: {_PG_SUPPORTED}",
+        field="table",
+        hint="cast or drop it in a view and migrate the view",
+    )
+
+
+def _profile(
+    conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], label: str
+) -> list[_PgColumn]:
+    """Refuse values Delta cannot hold; give unconstrained numerics the decimal type their data needs."""
+    from psycopg import sql
+
+    checks: list[tuple[int, str, sql.SQL]] = []
+    for i, c in enumerate(columns):
+        if c.unconstrained:
+            checks.append((i, "nonfinite", sql.SQL("count(*) FILTER (WHERE {e} IS NOT NULL AND scale({e}) IS NULL)")))
+            checks.append((i, "scale", sql.SQL("max(min_scale({e}))")))
+            digits = "max(CASE WHEN trunc({e}) = 0 THEN 0 ELSE length(abs(trunc({e}))::text) END)"
+            checks.append((i, "digits", sql.SQL(digits)))
+        elif c.column.kind in ("date", "timestamp"):
+            bad = "count(*) FILTER (WHERE NOT isfinite({e}) OR {e} < '0001-01-01' OR {e} >= '10000-01-01')"
+            checks.append((i, "range", sql.SQL(bad)))
+    if not checks:
+        return columns
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(part.format(e=sql.Identifier(columns[i].column.name)) for i, _, part in checks), relation
+    )
+    row = conn.execute(query).fetchone()
+    found: dict[tuple[int, str], Any] = {(i, what): v for (i, what, _), v in zip(checks, row or (), strict=True)}
+    result = list(columns)
+    for (i, what), value in found.items():
+        c = columns[i]
+        if what == "range" and value:
+            raise InvalidInput(
+                f"column {c.column.name!r} of {label} has {value} value(s) that are infinite or outside "
+                "0001-01-01..9999-12-31, which Delta cannot store",
+                field="table",
+            )
+        if what == "nonfinite" and value:
+            raise InvalidInput(
+                f"column {c.column.name!r} of {label} has {value} NaN or infinite numeric value(s), "
+                "which a Delta decimal cannot store",
+                field="table",
+                hint="migrate a view that maps them to NULL, or casts the column to double precision",
+            )
+    for i, c in enumerate(columns):
+        if not c.unconstrained:
+            continue
+        scale = int(found[(i, "scale")] or 0)
+        integer_digits = int(found[(i, "digits")] or 0)
+        if integer_digits + scale > _MAX_DECIMAL_PRECISION:
+            raise InvalidInput(
+                f"column {c.column.name!r} of {label} is numeric with values of up to {integer_digits} integer and "
+                f"{scale} fraction digits, which does not fit decimal({_MAX_DECIMAL_PRECISION},s)",
+                field="table",
+                hint="migrate a view that rounds it or casts it to double precision",
+            )
+        # The widest precision leaves room for later edits; the scale is what the data needs.
+        result[i] = _PgColumn(
+            _Column(c.column.name, "decimal", c.column.source_type, f"DECIMAL({_MAX_DECIMAL_PRECISION},{scale})"),
+            base=c.base,
+            precision=_MAX_DECIMAL_PRECISION,
+            scale=scale,
+            unconstrained=True,
+        )
+    return result
+
+
+def _arrow_types(c: _PgColumn) -> tuple[pa.DataType, pa.DataType]:
+    """(type the CSV text is parsed as, type the column ends up with)."""
+    if c.column.kind == "decimal":
+        assert c.precision is not None and c.scale is not None
+        t = pa.decimal128(c.precision, c.scale)
+        return t, t
+    simple: dict[str, tuple[pa.DataType, pa.DataType]] = {
+        "int2": (pa.int16(), pa.int16()),
+        "int4": (pa.int32(), pa.int32()),
+        "int8": (pa.int64(), pa.int64()),
+        "float4": (pa.float32(), pa.float32()),
+        "float8": (pa.float64(), pa.float64()),
+        "bool": (pa.bool_(), pa.bool_()),
+        "date": (pa.int32(), pa.date32()),
+        "timestamp": (pa.int64(), pa.timestamp("us", tz="UTC")),
+        "timestamptz": (pa.int64(), pa.timestamp("us", tz="UTC")),
+    }
+    return simple.get(c.base, (pa.string(), pa.string()))
+
+
+def _pg_epoch_us(e: sql.Composable) -> sql.Composable:
+    from psycopg import sql
+
+    # Whole seconds and the microseconds within them are exact even where extract() returns double (PG 13).
+    return sql.SQL(
+        "(extract(epoch FROM date_trunc('second', {e}))::bigint * 1000000"
+        " + extract(microseconds FROM {e})::bigint % 1000000)"
+    ).format(e=e)
+
+
+def _pg_export(c: _PgColumn) -> sql.Composable:
+    """The expression COPY writes for a column: text pyarrow parses exactly."""
+    from psycopg import sql
+
+    e = sql.Identifier(c.column.name)
+    if c.column.kind == "date":
+        return sql.SQL("({e} - DATE '1970-01-01')").format(e=e)
+    if c.column.kind == "timestamp":
+        return _pg_epoch_us(e)
+    if c.unconstrained:  # exactly the scale its decimal type has, which the data's values never exceed
+        return sql.SQL("{e}::numeric({p},{s})").format(e=e, p=sql.Literal(c.precision), s=sql.Literal(c.scale))
+    return e
+
+
+def _pg_canonical(c: _PgColumn) -> sql.Composable:
+    """The cell text of the parity checksums, computed by PostgreSQL (see the module docstring)."""
+    from psycopg import sql
+
+    e = sql.Identifier(c.column.name)
+    kind = c.column.kind
+    if kind == "integer":
+        text = sql.SQL("{e}::text")
+    elif kind == "decimal":
+        text = sql.SQL("trim_scale({e})::text")
+    elif kind == "float":
+        text = sql.SQL(
+            "CASE WHEN {e} = 'NaN' THEN 'NaN' WHEN {e} = 'Infinity' THEN 'Infinity' "
+            "WHEN {e} = '-Infinity' THEN '-Infinity' ELSE ltrim(to_char({e}::float8, '9.9999999999999999EEEE')) END"
+        )
+    elif kind == "boolean":
+        text = sql.SQL("CASE WHEN {e} THEN 'true' ELSE 'false' END")
+    elif kind == "date":
+        text = sql.SQL("({e} - DATE '1970-01-01')::text")
+    elif kind == "timestamp":
+        return sql.SQL("CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {t}::text END").format(e=e, t=_pg_epoch_us(e))
+    elif c.base == "bpchar":
+        text = sql.SQL("concat({e})")  # keeps the padding COPY writes; ::text would trim it
+    else:
+        text = sql.SQL("{e}::text")
+    return sql.SQL("CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {t} END").format(e=e, t=text.format(e=e))
+
+
+def _copy_to_arrow(
+    conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], tmp: Path
+) -> pa.Table:
+    """The table's rows, streamed by ``COPY ... TO STDOUT`` into a CSV file, parsed by pyarrow."""
+    from psycopg import sql
+    from pyarrow import csv
+
+    query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT csv)").format(
+        sql.SQL(", ").join(_pg_export(c) for c in columns), relation
+    )
+    path = tmp / "copy.csv"
+    with path.open("wb") as out, conn.cursor().copy(query) as copy:
+        for chunk in copy:
+            out.write(chunk)
+    names = [f"c{i}" for i in range(len(columns))]
+    parse = {n: _arrow_types(c)[0] for n, c in zip(names, columns, strict=True)}
+    if path.stat().st_size == 0:
+        empty = [pa.array([], type=_arrow_types(c)[1]) for c in columns]
+        return pa.Table.from_arrays(empty, names=[c.column.name for c in columns])
+    try:
+        table = csv.read_csv(
+            path,
+            read_options=csv.ReadOptions(column_names=names, block_size=16 << 20),
+            parse_options=csv.ParseOptions(newlines_in_values=True),
+            convert_options=csv.ConvertOptions(
+                column_types=parse,
+                null_values=[""],  # COPY writes NULL unquoted and empty, '' as ""
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+                true_values=["t"],
+                false_values=["f"],
+            ),
+        )
+    except pa.ArrowException as exc:
+        raise EngineError(f"could not parse PostgreSQL's COPY output: {_first_line(exc)}") from exc
+    finally:
+        path.unlink(missing_ok=True)
+    arrays = [
+        table.column(n).cast(_arrow_types(c)[1]) if parse[n] != _arrow_types(c)[1] else table.column(n)
+        for n, c in zip(names, columns, strict=True)
+    ]
+    return pa.Table.from_arrays(arrays, names=[c.column.name for c in columns])
+
+
+def _pg_checksums(conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn]) -> _Checksums:
+    from psycopg import sql
+
+    utf8 = conn.info.parameter_status("server_encoding") in ("UTF8", "SQL_ASCII")
+    # md5() hashes the server encoding's bytes; the Delta side hashes UTF-8.
+    digest = sql.SQL("substr(md5({x}), 1, 15)" if utf8 else "substr(md5(convert_to({x}, 'UTF8')), 1, 15)")
+    names = [sql.Identifier(f"h{i}") for i in range(len(columns))]
+    sums = [sql.SQL("coalesce(sum(('x' || {h})::bit(60)::bigint), 0)::text").format(h=h) for h in names]
+    row_digest = sql.SQL("substr(md5({}), 1, 15)").format(sql.SQL(" || ").join(names))
+    sums.append(sql.SQL("coalesce(sum(('x' || {h})::bit(60)::bigint), 0)::text").format(h=row_digest))
+    # OFFSET 0 keeps the subquery from being flattened, so each cell is hashed once.
+    query = sql.SQL("SELECT count(*), {sums} FROM (SELECT {cells} FROM {relation} OFFSET 0) AS t").format(
+        sums=sql.SQL(", ").join(sums),
+        cells=sql.SQL(", ").join(
+            sql.SQL("{d} AS {h}").format(d=digest.format(x=_pg_canonical(col)), h=h)
+            for col, h in zip(columns, names, strict=True)
+        ),
+        relation=relation,
+    )
+    row = conn.execute(query).fetchone()
+    assert row is not None
+    return _Checksums(rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]), table_hash=str(row[-1]))
+
+
+# ---------------------------------------------------------------- Parquet
+
+
+_PARQUET_SUPPORTED = (
+    "integers, decimals up to 38 digits, float, double, string, binary, boolean, date, timestamp (any unit or zone)"
+)
+
+
+def migrate_parquet(
+    catalog: Catalog,
+    directory: Path | str,
+    project_id: str,
+    dataset_id: str,
+    *,
+    key: str | None = None,
+    dry_run: bool = False,
+    actor: User = SYSTEM,
+    progress: Progress | None = None,
+) -> ParityReport:
+    """Create a dataset from every ``*.parquet`` file under ``directory`` and compare both sides.
+
+    Files and folders whose names start with ``_`` or ``.`` are skipped (Spark's and
+    Hadoop's bookkeeping). All files must have one schema.
+
+    Args:
+        catalog: The catalog.
+        directory: The folder, searched recursively.
+        project_id: An existing project.
+        dataset_id: A new dataset id.
+        key: Column whose values become ``row_id``; unique, non-null. None: UUIDs.
+        dry_run: Read and compare, create nothing.
+        actor: Must be admin in the project.
+        progress: Called with (fraction done, what is happening).
+
+    Returns:
+        The parity report; ``version`` is None on a dry run.
+
+    Raises:
+        InvalidInput / InvalidFile: Bad ids or key; not a folder, no Parquet files, a
+            corrupt file, differing schemas, unsupported column types.
+        NotFound: Unknown project.
+        AlreadyExists: The dataset exists.
+        PermissionDenied: ``actor`` is not an admin of the project.
+        ValidationFailed: Duplicate or NULL keys.
+        EngineError: Spark or DuckDB failed; nothing is left behind.
+    """
+    report = progress or _noop
+    _check_target(catalog, project_id, dataset_id, actor)
+    folder = Path(directory)
+    files = _parquet_files(folder)
+    schema = _common_schema(files, folder)
+    columns = _parquet_columns(files, schema, folder)
+    _check_columns([c.name for c in columns], key, source=folder.name)
+    report(0.05, f"reading {len(files)} Parquet file(s)")
+    arrow = _read_parquet_files(files, schema)
+    report(0.35, f"read {arrow.num_rows:,} rows; computing the source checksums in DuckDB")
+    sums = _duck_checksums("read_parquet(?, hive_partitioning = false)", [[str(f) for f in files]], columns)
+    return _finish(
+        catalog,
+        project_id,
+        dataset_id,
+        arrow,
+        columns,
+        lambda: sums,
+        key=key,
+        dry_run=dry_run,
+        actor=actor,
+        file_name=f"parquet-{re.sub(r'[^A-Za-z0-9_.-]+', '_', folder.resolve().name) or 'folder'}.parquet",
+        report=report,
+    )
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    if not folder.exists():
+        raise InvalidInput(f"folder not found: {folder}", field="directory")
+    if not folder.is_dir():
+        raise InvalidInput(f"{folder} is not a folder; give the folder that holds the Parquet files", field="directory")
+    files = []
+    for path in sorted(folder.rglob("*.parquet")):
+        parts = path.relative_to(folder).parts
+        if any(p.startswith(("_", ".")) for p in parts) or not path.is_file():
+            continue
+        if any("=" in p for p in parts[:-1]):
+            raise InvalidInput(
+                f"{folder} is partitioned Hive-style ({'/'.join(parts[:-1])}); the partition values are not in "
+                "the files and would be lost",
+                field="directory",
+                hint="write the folder without partitionBy, or migrate each partition into a view first",
+            )
+        files.append(path)
+    if not files:
+        raise InvalidInput(f"no *.parquet files under {folder}", field="directory")
+    return files
+
+
+def _common_schema(files: list[Path], folder: Path) -> pa.Schema:
+    first: pa.Schema | None = None
+    for path in files:
+        try:
+            schema = pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidFile(
+                f"{path.relative_to(folder)} is not a readable Parquet file: {_first_line(exc)}", path=str(path)
+            ) from exc
+        schema = schema.remove_metadata()
+        if first is None:
+            first = schema
+            continue
+        theirs = [(f.name, f.type) for f in schema]
+        ours = [(f.name, f.type) for f in first]
+        if theirs != ours:
+            differ = next(
+                (f"{a[0]} {a[1]} vs {b[0]} {b[1]}" for a, b in zip(ours, theirs, strict=False) if a != b),
+                f"{len(ours)} vs {len(theirs)} columns",
+            )
+            raise InvalidInput(
+                f"{path.relative_to(folder)} has another schema than {files[0].relative_to(folder)} ({differ}); "
+                "all files must have one schema",
+                field="directory",
+            )
+    assert first is not None
+    return first
+
+
+def _parquet_kind(t: pa.DataType) -> Kind | None:
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_decimal(t):
+        return "decimal" if t.precision <= _MAX_DECIMAL_PRECISION and 0 <= t.scale <= t.precision else None
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t):
+        return "text"
+    if pa.types.is_dictionary(t):
+        return "text" if pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type) else None
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    return None
+
+
+def _parquet_columns(files: list[Path], schema: pa.Schema, folder: Path) -> list[_Column]:
+    cur = reads.cursor()
+    try:
+        described = cur.execute(
+            "DESCRIBE SELECT * FROM read_parquet(?, hive_partitioning = false)", [[str(f) for f in files]]
+        ).fetchall()
+    except duckdb.Error as exc:
+        raise InvalidFile(f"DuckDB cannot read the Parquet files under {folder}: {_first_line(exc)}") from exc
+    duck_types = {row[0]: str(row[1]) for row in described}
+    columns = []
+    for field in schema:
+        kind = _parquet_kind(field.type)
+        if kind is None or field.name not in duck_types:
+            raise InvalidInput(
+                f"column {field.name!r} has the Parquet type {field.type}, which oreo migrate cannot carry; "
+                f"supported: {_PARQUET_SUPPORTED}",
+                field="directory",
+            )
+        columns.append(_Column(field.name, kind, str(field.type), duck_types[field.name]))
+    return columns
+
+
+def _read_parquet_files(files: list[Path], schema: pa.Schema) -> pa.Table:
+    tables = []
+    for path in files:
+        try:
+            tables.append(pq.read_table(path, schema=schema))
+        except (pa.ArrowException, OSError) as exc:
+            raise InvalidFile(
+                f"{path.name} is not a readable Parquet file: {_first_line(exc)}", path=str(path)
+            ) from exc
+    return pa.concat_tables(tables)
+
+
+# ---------------------------------------------------------------- shared steps
+
+
+def _check_target(catalog: Catalog, project_id: str, dataset_id: str, actor: User) -> None:
+    """The checks ``create_dataset`` makes, done before a big source is read."""
+    validate_id(project_id, kind="project id")
+    validate_id(dataset_id, kind="dataset id")
+    require_role(catalog, actor, project_id, Role.ADMIN, action="migrate a table into a dataset")
+    with catalog.session() as s:
+        if s.get(ProjectRow, project_id) is None:
+            raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
+        if s.get(DatasetRow, (project_id, dataset_id)) is not None:
+            raise AlreadyExists(f"dataset {project_id}/{dataset_id} already exists", kind="dataset", ident=dataset_id)
+    layout = datasets.layout_for(project_id, dataset_id)
+    if layout.exists():
+        raise AlreadyExists(
+            f"folder {layout.root} already exists but is not in the catalog; move it away first",
+            kind="dataset",
+            ident=dataset_id,
+        )
+
+
+def _check_columns(names: list[str], key: str | None, *, source: str) -> None:
+    check_column_names(names, source=source)
+    if key is not None and key not in names:
+        raise InvalidInput(f"key column {key!r} is not in {source}; columns are: {', '.join(names)}", field="key")
+    if ROW_ID in names and key != ROW_ID:
+        raise InvalidInput(
+            f"{source} has a column {ROW_ID!r}, which is reserved for Oreo's row ids; "
+            f"use it as the key (--key {ROW_ID}) or rename it in a view",
+            field="key",
+        )
+
+
+def _finish(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    arrow: pa.Table,
+    columns: list[_Column],
+    source: Callable[[], _Checksums],
+    *,
+    key: str | None,
+    dry_run: bool,
+    actor: User,
+    file_name: str,
+    report: Progress,
+) -> ParityReport:
+    """Write the data (or, on a dry run, prepare it as it would be written) and compare both sides.
+
+    ``source`` gives the source checksums, waiting for them if they are still being computed.
+    """
+    try:
+        arrow = normalise_types(arrow)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidInput(f"the data cannot be stored in Delta: {_first_line(exc)}", field="file") from exc
+    with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
+        path = Path(tmp) / file_name
+        pq.write_table(arrow, path)
+        limit_mb = get_settings().max_upload_mb
+        size_mb = path.stat().st_size / 2**20
+        if size_mb > limit_mb:
+            raise InvalidInput(
+                f"the data is {size_mb:.1f} MB as Parquet, over the {limit_mb} MB dataset limit",
+                field="file",
+                hint=f"raise OREO_MAX_UPLOAD_MB for this run, e.g. OREO_MAX_UPLOAD_MB={int(size_mb * 1.2) + 1}",
+            )
+        if dry_run:
+            report(0.5, "dry run: preparing the rows as they would be written")
+            written = datasets.with_row_ids(arrow, key)
+            report(0.8, "computing the checksums of the rows as they would be written")
+            delta = _arrow_checksums(written, columns)
+            sums = source()
+            report(1.0, "dry run done; nothing was created")
+            return _report(sums, delta, columns, None)
+        report(0.5, "writing the Delta table")
+        info = datasets.create_dataset(catalog, project_id, dataset_id, path, key=key, actor=actor)
+    assert info.version is not None
+    report(0.85, "computing the checksums of the Delta table in DuckDB")
+    delta = _duck_checksums("delta_scan(?, version => ?)", [info.path, int(info.version)], columns)
+    try:
+        sums = source()
+    except OreoError as exc:
+        # The dataset is whole; only the comparison is missing, so it stays.
+        raise EngineError(
+            f"dataset {project_id}/{dataset_id} was created (version {info.version}, {info.rows} rows), "
+            f"but the source checksums failed: {exc}"
+        ) from exc
+    report(1.0, "done")
+    return _report(sums, delta, columns, info.version)
+
+
+def _arrow_checksums(table: pa.Table, columns: list[_Column]) -> _Checksums:
+    cur = reads.cursor()
+    view = f"oreo_migrate_{uuid.uuid4().hex}"
+    cur.register(view, table)
+    try:
+        return _duck_checksums(reads.quote_ident(view), [], columns)
+    finally:
+        cur.unregister(view)
+
+
+def _duck_canonical(column: _Column, e: str) -> str:
+    """The cell text of the parity checksums, computed by DuckDB (see the module docstring).
+
+    ``e`` is of the column's ``duck_type``.
+    """
+    kind = column.kind
+    if kind == "decimal":
+        digits = f"CAST({e} AS VARCHAR)"
+        scale = re.fullmatch(r"DECIMAL\(\d+,(\d+)\)", column.duck_type)
+        if scale is not None and scale.group(1) == "0":
+            text = digits
+        elif scale is not None:  # always printed with a point and that many fraction digits
+            text = f"rtrim(rtrim({digits}, '0'), '.')"
+        else:
+            text = f"CASE WHEN contains({digits}, '.') THEN rtrim(rtrim({digits}, '0'), '.') ELSE {digits} END"
+    elif kind == "float":
+        text = (
+            f"CASE WHEN isnan({e}) THEN 'NaN' WHEN isinf({e}) AND {e} > 0 THEN 'Infinity' "
+            f"WHEN isinf({e}) THEN '-Infinity' ELSE printf('%.16e', CAST({e} AS DOUBLE)) END"
+        )
+    elif kind == "boolean":
+        text = f"CASE WHEN {e} THEN 'true' ELSE 'false' END"
+    elif kind == "date":
+        text = f"CAST(date_diff('day', DATE '1970-01-01', {e}) AS VARCHAR)"
+    elif kind == "timestamp":
+        text = f"CAST(epoch_us({e}) AS VARCHAR)"
+    elif kind == "binary":
+        text = f"hex({e})"
+    else:
+        text = f"CAST({e} AS VARCHAR)"
+    return f"CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {text} END"
+
+
+def _duck_checksums(relation: str, params: list[Any], columns: Sequence[_Column]) -> _Checksums:
+    """Checksums over ``relation`` (a table function or view), the stored columns cast to the source's types."""
+    cur = reads.cursor()
+    try:
+        stored = {row[0]: str(row[1]) for row in cur.execute(f"DESCRIBE SELECT * FROM {relation}", params).fetchall()}
+        cells = []
+        for i, c in enumerate(columns):
+            e = reads.quote_ident(c.name)
+            if c.name in stored and stored[c.name] != c.duck_type:
+                # e.g. row_id holds a numeric key as text: compare the values, not their spelling.
+                e = f"TRY_CAST({e} AS {c.duck_type})"
+            cells.append(f"substr(md5({_duck_canonical(c, e)}), 1, 15) AS h{i}")
+        names = [f"h{i}" for i in range(len(columns))]
+        row_digest = f"substr(md5({' || '.join(names)}), 1, 15)"
+        sums = [f"CAST(coalesce(sum(CAST('0x' || {h} AS BIGINT)), 0) AS VARCHAR)" for h in [*names, row_digest]]
+        sql = f"SELECT count(*), {', '.join(sums)} FROM (SELECT {', '.join(cells)} FROM {relation})"
+        row = cur.execute(sql, params).fetchone()
+    except duckdb.Error as exc:
+        raise EngineError(f"DuckDB could not compute the parity checksums: {_first_line(exc)}") from exc
+    assert row is not None
+    return _Checksums(rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]), table_hash=str(row[-1]))

@@ -1,0 +1,94 @@
+"""One Oreo writer at a time per main table: a lease held in the catalog.
+
+A MERGE is fenced against other merges by Delta's idempotent transaction id, but Delta's
+``RESTORE`` ignores transaction ids, so a restore landing between a merge's conflict
+check and its commit would go unseen. Both therefore take the table's **writer lease**
+for that span: a holder and an expiry on the dataset's catalog row, taken with one
+conditional ``UPDATE`` (atomic in SQLite and PostgreSQL alike, so it also fences
+processes on other hosts sharing the catalog). A crashed holder's lease lapses after
+``OREO_WRITER_LEASE_S``; a writer waits up to ``OREO_WRITER_WAIT_S`` for a busy table,
+then gives up with a ``ConflictError`` naming who holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from sqlalchemy import and_, or_, update
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_random_exponential
+
+from core.catalog import Catalog, DatasetRow, utcnow
+from core.config import get_settings
+from core.errors import ConflictError
+
+
+class _Busy(Exception):
+    pass
+
+
+def _holder(what: str) -> str:
+    return f"{what} by {socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
+
+
+def _try_take(catalog: Catalog, project_id: str, dataset_id: str, holder: str, lease_s: float) -> bool:
+    now = utcnow()
+    with catalog.session() as s:
+        taken = s.execute(
+            update(DatasetRow)
+            .where(
+                and_(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id),
+                or_(DatasetRow.writer.is_(None), DatasetRow.writer_until < now),
+            )
+            .values(writer=holder, writer_until=now + timedelta(seconds=lease_s))
+            .execution_options(synchronize_session=False)
+        )
+        return bool(taken.rowcount)  # type: ignore[attr-defined]
+
+
+def _current(catalog: Catalog, project_id: str, dataset_id: str) -> str:
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        return f"{row.writer} (until {row.writer_until:%H:%M:%S} UTC)" if row and row.writer else "another writer"
+
+
+@contextmanager
+def writing(catalog: Catalog, project_id: str, dataset_id: str, *, what: str) -> Iterator[None]:
+    """Hold the table's writer lease inside the block.
+
+    Raises:
+        ConflictError: Another writer kept the table busy for ``OREO_WRITER_WAIT_S``.
+    """
+    settings = get_settings()
+    holder = _holder(what)
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(_Busy),
+            stop=stop_after_delay(settings.writer_wait_s),
+            wait=wait_random_exponential(multiplier=0.1, max=2),
+            reraise=True,
+        ):
+            with attempt:
+                if not _try_take(catalog, project_id, dataset_id, holder, settings.writer_lease_s):
+                    raise _Busy
+    except _Busy:
+        raise ConflictError(
+            f"{project_id}/{dataset_id} is busy: {_current(catalog, project_id, dataset_id)} is writing to it; "
+            "try again shortly"
+        ) from None
+    try:
+        yield
+    finally:
+        with catalog.session() as s:
+            s.execute(
+                update(DatasetRow)
+                .where(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id)
+                .where(DatasetRow.writer == holder)
+                .values(writer=None, writer_until=None)
+                .execution_options(synchronize_session=False)
+            )

@@ -169,13 +169,15 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
 # ---------------------------------------------------------------- merge
 
 
-def _merge_sql(main: Path, staging: Path, columns: list[str], existing: set[str], ops: set[str]) -> str:
+def _merge_sql(
+    main: Path, staging: Path, columns: list[str], existing: set[str], ops: set[str], *, widen: bool = False
+) -> str:
     """The MERGE of a staging table's data ``columns`` into ``main``, whose columns are ``existing``.
 
     Only the clauses the staged ``ops`` need are written, so an import of new rows is an
     insert-only MERGE (which Delta runs as one anti-join). A staged column ``main`` lacks
     (an import's new column) is added by Delta schema evolution in the same commit, as is
-    a widened type (type widening); both need ``WITH SCHEMA EVOLUTION``.
+    a widened type (type widening, ``widen``); both need ``WITH SCHEMA EVOLUTION``.
     """
     q, lit = engine.spark_ident, engine.spark_string
     data = [c for c in columns if c != "row_id"]
@@ -195,7 +197,7 @@ def _merge_sql(main: Path, staging: Path, columns: list[str], existing: set[str]
         clauses.append(f"WHEN MATCHED AND s.{OP_COLUMN} = 'update' THEN UPDATE SET {updates}")
     if "insert" in ops or not clauses:
         clauses.append(f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'insert' THEN INSERT ({names}) VALUES ({values})")
-    evolve = "WITH SCHEMA EVOLUTION " if set(columns) - existing else ""
+    evolve = "WITH SCHEMA EVOLUTION " if widen or set(columns) - existing else ""
     return (
         f"MERGE {evolve}INTO {engine.delta_ref(main)} AS t USING {engine.delta_ref(staging)} AS s "
         f"ON t.row_id = s.row_id " + " ".join(clauses)
@@ -232,9 +234,7 @@ def _merge_once(
     widened = {c.column for c in record.schema_changes if c.change == "widen"}
     if widened:
         _allow_type_widening(main, commit)
-    sql = _merge_sql(main, staging, columns, existing, ops)
-    if widened and "WITH SCHEMA EVOLUTION" not in sql:
-        sql = sql.replace("MERGE INTO", "MERGE WITH SCHEMA EVOLUTION INTO", 1)
+    sql = _merge_sql(main, staging, columns, existing, ops, widen=bool(widened))
     with engine.dml_session(commit, txn=(TXN_APP_ID, checked_version + 1)) as spark:
         spark.sql(sql).collect()
 

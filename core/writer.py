@@ -5,8 +5,9 @@ A MERGE is fenced against other merges by Delta's idempotent transaction id, but
 check and its commit would go unseen. Both therefore take the table's **writer lease**
 for that span: a holder and an expiry on the dataset's catalog row, taken with one
 conditional ``UPDATE`` (atomic in SQLite and PostgreSQL alike, so it also fences
-processes on other hosts sharing the catalog). A crashed holder's lease lapses after
-``OREO_WRITER_LEASE_S``; a writer waits up to ``OREO_WRITER_WAIT_S`` for a busy table,
+processes on other hosts sharing the catalog). A holder that died on this host (its
+process is gone) is recognised and replaced at once; one that died elsewhere lapses after
+``OREO_WRITER_LEASE_S``. A writer waits up to ``OREO_WRITER_WAIT_S`` for a busy table,
 then gives up with a ``ConflictError`` naming who holds it.
 """
 
@@ -36,15 +37,31 @@ def _holder(what: str) -> str:
     return f"{what} by {socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:8]}"
 
 
+def _dead_here(holder: str) -> bool:
+    """Whether ``holder`` names a process of this host that no longer runs."""
+    try:
+        host, pid, _thread, _nonce = holder.rsplit(" by ", 1)[1].split(":")
+        if host != socket.gethostname() or int(pid) == os.getpid():
+            return False
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (ValueError, IndexError, PermissionError):
+        return False  # not our format, or a live process of another user
+    return False
+
+
 def _try_take(catalog: Catalog, project_id: str, dataset_id: str, holder: str, lease_s: float) -> bool:
     now = utcnow()
+    where = and_(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id)
     with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        free = or_(DatasetRow.writer.is_(None), DatasetRow.writer_until < now)
+        if row is not None and row.writer and _dead_here(row.writer):
+            free = or_(free, DatasetRow.writer == row.writer)  # still that dead holder: take it over
         taken = s.execute(
             update(DatasetRow)
-            .where(
-                and_(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id),
-                or_(DatasetRow.writer.is_(None), DatasetRow.writer_until < now),
-            )
+            .where(where, free)
             .values(writer=holder, writer_until=now + timedelta(seconds=lease_s))
             .execution_options(synchronize_session=False)
         )

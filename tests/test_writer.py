@@ -131,3 +131,48 @@ def test_the_lease_is_released_when_the_work_fails(catalog: Catalog) -> None:
         raise RuntimeError("boom")
 
     assert _lease(catalog) == (None, None)
+
+
+def _hold(catalog: Catalog, holder: str) -> None:
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (ms.PROJECT, ms.DATASET))
+        assert row is not None
+        row.writer, row.writer_until = holder, utcnow() + timedelta(hours=1)
+
+
+def test_a_holder_that_died_on_this_host_is_replaced_at_once(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    _short_wait(monkeypatch)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    _hold(catalog, f"the merge of cr_1 by {socket.gethostname()}:{int(gone.stdout)}:1:abcd1234")
+
+    with writer.writing(catalog, ms.PROJECT, ms.DATASET, what="the retry"):
+        holder, _ = _lease(catalog)
+        assert holder is not None and holder.startswith("the retry by ")
+    assert _lease(catalog) == (None, None)
+
+
+@pytest.mark.parametrize("where", ["a live process here", "another host"])
+def test_a_live_or_remote_holder_keeps_its_lease(
+    where: str, catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    _short_wait(monkeypatch)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        host = socket.gethostname() if where == "a live process here" else f"not-{socket.gethostname()}"
+        holder = f"the merge of cr_1 by {host}:{sleeper.pid}:1:abcd1234"
+        _hold(catalog, holder)
+        busy = pytest.raises(ConflictError, match="is busy: the merge of cr_1 by")
+        with busy, writer.writing(catalog, ms.PROJECT, ms.DATASET, what="the retry"):
+            pass
+        assert _lease(catalog)[0] == holder
+    finally:
+        sleeper.kill()
+        sleeper.wait()

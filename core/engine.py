@@ -74,6 +74,9 @@ def _build_session() -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
         .config("spark.default.parallelism", str(settings.spark_shuffle_partitions))
+        # Delta rebuilds a table's state (its file list) with this many tasks before a MERGE,
+        # RESTORE or OPTIMIZE; its default of 50 costs seconds of task overhead on a small host.
+        .config("spark.databricks.delta.snapshotPartitions", str(settings.spark_shuffle_partitions))
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -560,7 +560,8 @@ def _write_staging(
                 f"{view}_main"
             )
         with engine.commit_metadata(commit):
-            spark.sql(sql).write.format("delta").save(str(staging))
+            # Nothing filters a staging table by column, so it skips min/max statistics.
+            spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(str(staging))
     except Exception as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc

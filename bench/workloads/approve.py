@@ -17,6 +17,7 @@ Target: core median <= 1.5x the bare MERGE, validation included.
 from __future__ import annotations
 
 import sys
+import uuid
 
 from bench._data import APPROVER, PROJECT, READER, ensure_approver, ensure_customers
 from bench._harness import BenchConfig, Timing, WorkloadResult, expect, time_call
@@ -44,11 +45,12 @@ def run(config: BenchConfig) -> WorkloadResult:
     layout = layout_for(PROJECT, table.dataset_id)
     spark = engine.get_spark()
     block = iter(range(10**6))
+    run_tag = uuid.uuid4().hex[:6]  # the table persists between runs: new values every run
 
     def stage() -> change_requests.ChangeRequest:
         start = next(block) * rows_per_cr % (config.rows - rows_per_cr)
         ids = [str(FIRST_ID + start + i) for i in range(rows_per_cr)]
-        tag = next(block)
+        tag = f"{run_tag}-{next(block)}"
         ops: list[sessions.EditOp] = [sessions.SetCell(r, c, f"{c} {tag}") for r in ids for c in COLUMNS]
         session = sessions.open_session(catalog, PROJECT, table.dataset_id, actor=editor)
         sessions.apply_edits(catalog, session.session_id, ops, actor=editor)

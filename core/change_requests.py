@@ -167,15 +167,28 @@ def _write_staging(
         f"LEFT JOIN {view}_base b ON b.row_id = o.row_id "
         f"LEFT JOIN (SELECT row_id, {pivot} FROM {view}_cells GROUP BY row_id) p ON p.row_id = o.row_id"
     )
+    save_staging(staging, sql, commit, views=[f"{view}_{suffix}" for suffix in ("ops", "cells", "base")])
+
+
+def save_staging(staging: Path, sql: str, commit: engine.CommitInfo, *, views: list[str]) -> None:
+    """Have Spark write the rows ``sql`` selects as the staging table, then drop the temp ``views`` it read.
+
+    Nothing filters a staging table by column, so it skips min/max statistics. On a
+    failure nothing is left at ``staging``.
+
+    Raises:
+        EngineError: Spark could not write it.
+    """
+    spark = engine.get_spark()
     try:
         with engine.commit_metadata(commit):
-            spark.sql(sql).write.format("delta").save(str(staging))
+            spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(str(staging))
     except Exception as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
     finally:
-        for suffix in ("ops", "cells", "base"):
-            spark.catalog.dropTempView(f"{view}_{suffix}")
+        for name in views:
+            spark.catalog.dropTempView(name)
 
 
 def submit_change_request(
@@ -306,22 +319,25 @@ def validate_change_request(
     return validation.validate_frame(frame, suite, layout, version=version)
 
 
-def still_valid(layout: DatasetLayout, dataset: DatasetInfo, run_id: str | None, version: int) -> bool:
-    """Whether a stored run judged the change against ``main`` at ``version`` with today's suite.
+def reusable_run(
+    layout: DatasetLayout, dataset: DatasetInfo, run_id: str | None, version: int
+) -> validation.ValidationRun | None:
+    """The stored run ``run_id`` if it judged the change against ``main`` at ``version`` with today's suite.
 
     Staging tables are never rewritten and a table version never changes, so such a run's
     verdict is the verdict a new run would reach.
     """
     if run_id is None:
-        return False
+        return None
     try:
         run = validation.load_run(layout, run_id)
     except NotFound:
-        return False
+        return None
     if run.version != version or run.suite_digest is None:
-        return False
+        return None
     columns = [(c.name, c.type) for c in reads.table_schema(Path(dataset.path), version)]
-    return run.suite_digest == validation.suite_digest(validation.suite_for(layout, dataset.dataset_id, columns))
+    suite = validation.suite_for(layout, dataset.dataset_id, columns)
+    return run if run.suite_digest == validation.suite_digest(suite) else None
 
 
 def validation_for(catalog: Catalog, cr_id: str, *, actor: User) -> validation.ValidationRun | None:

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from core import audit, engine, reads, schema
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, utcnow
-from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request
+from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request, save_staging
 from core.config import get_settings
 from core.datasets import ROW_ID, DatasetInfo, get_dataset, layout_for, row_ids_for
 from core.errors import EngineError, InvalidFile, InvalidInput, NotFound, PermissionDenied, ValidationFailed
@@ -177,7 +177,12 @@ def store_upload(
         kind=kind,
         sheet=sheet,
         rows=table.num_rows,
-        columns=[(f.name, schema.from_arrow(f.type)) for f in table.schema],
+        # ``read_table_file`` types a column with no values as text; it is ``null`` here, so
+        # it fits whatever the table's column is.
+        columns=[
+            (f.name, "null" if table.column(i).null_count == table.num_rows else schema.from_arrow(f.type))
+            for i, f in enumerate(table.schema)
+        ],
         uploaded_by=actor.username,
         uploaded_at=utcnow(),
         folder=folder,
@@ -296,7 +301,8 @@ def plan_import(
                 f"{upload.file_name} has no column {dataset_key!r}, the dataset's key; every row needs one",
                 field="file",
             )
-        _check_keys(upload, file_names[dataset_key.lower()])
+        if not (mode == "upsert" and str(key).lower() == dataset_key.lower()):  # else checked as the upsert key
+            _check_keys(upload, file_names[dataset_key.lower()])
     if mode == "append" and dataset_key is not None:
         _refuse_existing_keys(upload, dataset, file_names[dataset_key.lower()])
     return ImportPlan(
@@ -553,24 +559,19 @@ def _write_staging(
             f"SELECT * FROM (SELECT {', '.join(select)} FROM {view} f LEFT JOIN {view}_main m ON {on}) "
             f"WHERE {OP_COLUMN} = 'insert' OR size({CHANGED_COLUMN}) > 0"
         )
+    views = [view]
     try:
         spark.read.parquet(str(upload.converted)).createOrReplaceTempView(view)
         if plan.mode == "upsert":
+            views.append(f"{view}_main")
             spark.read.format("delta").option("versionAsOf", plan.base_version).load(str(main)).createOrReplaceTempView(
                 f"{view}_main"
             )
-        with engine.commit_metadata(commit):
-            # Nothing filters a staging table by column, so it skips min/max statistics.
-            spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(str(staging))
     except Exception as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
-    finally:
-        for name in (view, f"{view}_main"):
-            try:
-                spark.catalog.dropTempView(name)
-            except Exception:  # not created if the read failed
-                pass
+        for name in views:
+            spark.catalog.dropTempView(name)
+        raise EngineError(f"Spark could not read {upload.file_name} for staging: {str(exc).splitlines()[0]}") from exc
+    save_staging(staging, sql, commit, views=views)
 
 
 def _table_order(main: Path, version: int, columns: list[ColumnPlan]) -> list[ColumnPlan]:

@@ -48,13 +48,12 @@ from core.change_requests import (
     get_change_request,
     record_from_row,
     remove_leftovers,
+    reusable_run,
     staged_columns,
-    still_valid,
     validate_change_request,
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, PermissionDenied, ValidationFailed
-from core.validation import load_run
 from core.writer import writing
 
 Progress = Callable[[float, str], None]
@@ -334,10 +333,9 @@ def approve_change_request(
         _raise_on_conflicts(record, main, staging)
         report(0.25, "Validating the merged result")
         current = engine.latest_version(main)
-        if still_valid(layout, dataset, record.validation_run_id, current):
-            # Nothing was committed since the submit's run: its verdict stands.
-            run = load_run(layout, str(record.validation_run_id))
-        else:
+        # Nothing committed since the submit's run and the same suite: its verdict stands.
+        run = reusable_run(layout, dataset, record.validation_run_id, current)
+        if run is None:
             run = validate_change_request(layout, dataset, staging, version=current)
             _store_validation(catalog, cr_id, run.run_id, run.status)
         if run.blocking:

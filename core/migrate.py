@@ -608,9 +608,10 @@ def _copy_to_arrow(
         for chunk in copy:
             out.write(chunk)
     names = [f"c{i}" for i in range(len(columns))]
-    parse = {n: _arrow_types(c)[0] for n, c in zip(names, columns, strict=True)}
+    types = [_arrow_types(c) for c in columns]  # (parsed as, ends up as) per column
+    parse = {n: parsed for n, (parsed, _) in zip(names, types, strict=True)}
     if path.stat().st_size == 0:
-        empty = [pa.array([], type=_arrow_types(c)[1]) for c in columns]
+        empty = [pa.array([], type=final) for _, final in types]
         return pa.Table.from_arrays(empty, names=[c.column.name for c in columns])
     try:
         table = csv.read_csv(
@@ -631,8 +632,8 @@ def _copy_to_arrow(
     finally:
         path.unlink(missing_ok=True)
     arrays = [
-        table.column(n).cast(_arrow_types(c)[1]) if parse[n] != _arrow_types(c)[1] else table.column(n)
-        for n, c in zip(names, columns, strict=True)
+        table.column(n).cast(final) if parsed != final else table.column(n)
+        for n, (parsed, final) in zip(names, types, strict=True)
     ]
     return pa.Table.from_arrays(arrays, names=[c.column.name for c in columns])
 

@@ -8,7 +8,7 @@ import math
 
 import streamlit as st
 
-from app.change_views import DIFF_PAGE, changes_table, diff_table
+from app.change_views import DIFF_PAGE, changes_table, diff_table, schema_change_line
 from app.components import (
     DATASET_KEY,
     catalog,
@@ -186,7 +186,7 @@ def change_request_panel(version: Version) -> None:
         if record.description:
             st.markdown(record.description)
         if record.schema_changes:
-            st.markdown("Schema changes: " + "; ".join(c.describe() for c in record.schema_changes))
+            st.markdown("Schema changes:\n" + "\n".join(f"- {schema_change_line(c)}" for c in record.schema_changes))
         for comment in change_requests.comments(catalog(), record.id, actor=user):
             st.caption(f"{comment.author} · {comment.ts:%Y-%m-%d %H:%M}: {comment.body}")
         diff_table(record.id, user, key="history_cr_diff")

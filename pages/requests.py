@@ -77,7 +77,19 @@ with oreo_errors():
                 }
                 for cr in shown
             ],
-            columns=["id", "state", "title", "dataset", "checks", "rows", "cells", "created", "closed by", "note"],
+            columns=[
+                "id",
+                "state",
+                "title",
+                "kind",
+                "dataset",
+                "checks",
+                "rows",
+                "cells",
+                "created",
+                "closed by",
+                "note",
+            ],
         ),
         hide_index=True,
         width="stretch",

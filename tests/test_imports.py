@@ -127,6 +127,20 @@ def test_append_round_trip_keeps_text_columns_as_text(catalog: Catalog, tmp_path
     assert get_dataset(catalog, "demo", "people", actor=ed).rows == 12
 
 
+def test_a_column_the_file_leaves_empty_fits_any_table_type(catalog: Catalog, tmp_path: Path) -> None:
+    ed = get_user(catalog, "ed")
+    source = _file(tmp_path, "no_ages.csv", "id,name,zip,age,score\n11,Zoë,00077,,11.5\n12,Ann,01200,,12\n")
+
+    cr, plan = imports.import_file(catalog, "demo", "people", source, actor=ed)
+
+    age = next(c for c in plan.columns if c.name == "age")
+    assert (age.status, plan.schema_changes) == ("cast", [])
+    _approve(catalog, cr)
+    rows = _rows("people")
+    assert (rows["11"]["age"], rows["12"]["age"], rows["12"]["name"]) == (None, None, "Ann")
+    assert _types("people")["age"] == "BIGINT"
+
+
 def test_upsert_updates_only_the_cells_that_differ_and_inserts_the_rest(catalog: Catalog, tmp_path: Path) -> None:
     ed = get_user(catalog, "ed")
     # id 2: new name; id 3: identical to the table; id 13: new. No age column: ages stay.

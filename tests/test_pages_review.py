@@ -82,6 +82,7 @@ def test_my_requests_lists_only_the_users_own(workspace: Catalog, ids: dict[str,
     assert set(table["state"]) == {"open"}
     assert list(table["title"]) == [TITLES["mine"], TITLES["fail"]]
     assert list(table["checks"]) == ["passed", "failed"]
+    assert list(table["kind"]) == ["edit", "edit"]
     assert {f"withdraw_{ids['mine']}", f"withdraw_{ids['fail']}"} <= set(button_keys(at))
     assert not [k for k in button_keys(at) if k.startswith("withdraw_") and k[9:] not in (ids["mine"], ids["fail"])]
 

@@ -26,10 +26,12 @@ COPY pages ./pages
 COPY scripts ./scripts
 COPY .streamlit/config.toml ./.streamlit/config.toml
 RUN pip install --no-deps -e .
+# Resolve the Delta jars at build time and keep the files in /usr/local/oreo-jars (sys.prefix), which
+# core.engine passes to Spark as spark.jars: containers start Spark without the network or an Ivy cache.
+RUN HOME=/root DELTA_DATA_ROOT=/tmp/warm python scripts/fetch_jars.py \
+ && rm -rf /tmp/warm /tmp/oreo-catalog.db /root/.ivy2.5.2 /root/.m2
 
 USER oreo
-# Resolve the Delta jars at build time into the oreo user's Ivy cache, so containers start offline.
-RUN DELTA_DATA_ROOT=/tmp/warm python scripts/fetch_jars.py && rm -rf /tmp/warm /tmp/oreo-catalog.db
 
 VOLUME ["/data"]
 EXPOSE 8501

@@ -33,7 +33,8 @@ $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 	$(BIN)/pip install --quiet -r requirements-test.txt
 	touch $@
 
-## jars: resolve the Delta jars once into the Ivy/Maven cache (falls back to mvn)
+## jars: resolve the Delta jars once and copy them into .venv/oreo-jars, so Spark starts offline
+## (Ivy, falling back to mvn; a file lock lets two setups run at once; a no-op once the folder is complete)
 jars: setup
 	$(BIN)/python scripts/fetch_jars.py
 

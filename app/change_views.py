@@ -10,10 +10,11 @@ import pandas as pd
 import streamlit as st
 
 from app.components import SEVERITY_BADGES, catalog, status_badge
-from core import change_requests
+from app.formatting import display_value
+from core import change_requests, datasets
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from pandas.io.formats.style import Styler
 
@@ -31,13 +32,17 @@ _KIND_STYLE = {
 }
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return "∅"
+def _text(value: Any, duck_type: str | None = None, types: Mapping[str, str] | None = None) -> str:
+    """A diff value as every screen shows it (``app.formatting``): ∅ for empty, ISO dates, grid numbers.
+
+    Diffs carry DuckDB's text form; ``duck_type`` (or, for a whole row, ``types``) reads it by type.
+    """
     if isinstance(value, dict):
         # A whole inserted or deleted row.
-        return ", ".join(f"{k}={'∅' if v is None else v}" for k, v in value.items() if k != "row_id")
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+        return ", ".join(f"{k}={display_value(v, (types or {}).get(k))}" for k, v in value.items() if k != "row_id")
+    if isinstance(value, list | tuple):
+        return json.dumps(value, default=str)
+    return display_value(value, duck_type)
 
 
 def _styled(frame: pd.DataFrame) -> Styler:
@@ -58,11 +63,26 @@ def diff_table(cr_id: str, user: User, *, key: str) -> None:
     diff = change_requests.diff_change_request(
         catalog(), cr_id, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
     )
-    changes_table(diff.changes, diff.total, page_no=page_no, key=key)
+    cr = change_requests.get_change_request(catalog(), cr_id, actor=user)
+    info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
+    types = {c.name: c.type for c in datasets.dataset_columns(info)}
+    changes_table(diff.changes, diff.total, page_no=page_no, key=key, types=types)
 
 
-def changes_table(changes: list[Change], total: int, *, page_no: int, key: str, page_size: int = DIFF_PAGE) -> None:
-    """One page of a cell-level diff (colour per change kind), with ``st.pagination`` keyed ``{key}_page``."""
+def changes_table(
+    changes: list[Change],
+    total: int,
+    *,
+    page_no: int,
+    key: str,
+    page_size: int = DIFF_PAGE,
+    types: Mapping[str, str] | None = None,
+) -> None:
+    """One page of a cell-level diff (colour per change kind), with ``st.pagination`` keyed ``{key}_page``.
+
+    ``types`` (column -> DuckDB type) formats values as the Table page's grid shows them.
+    """
+    types = types or {}
     if total == 0:
         st.write("No changes to show.")
         return
@@ -75,8 +95,8 @@ def changes_table(changes: list[Change], total: int, *, page_no: int, key: str, 
                 "row_id": c.row_id,
                 "change": c.change,
                 "column": c.column or "(whole row)",
-                "old": _text(c.old) if c.change != "insert" else "",
-                "new": _text(c.new) if c.change != "delete" else "",
+                "old": _text(c.old, types.get(c.column or ""), types) if c.change != "insert" else "",
+                "new": _text(c.new, types.get(c.column or ""), types) if c.change != "delete" else "",
             }
             for c in changes
         ],

@@ -1,22 +1,35 @@
-"""Shared UI pieces: the signed-in user, error display, dataset picking.
+"""Shared UI pieces: the signed-in user and their session cookie, error display, dataset picking.
 
 Pages call core and render; everything they share lives here so each page stays thin.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import streamlit as st
 
-from core import auth
-from core.catalog import Catalog, open_catalog
+from core import auth, web_sessions
+from core.catalog import Catalog, open_catalog, utcnow
 from core.config import get_settings
 from core.errors import OreoError
 
 USER_KEY = "oreo_username"
+METHOD_KEY = "oreo_auth_method"
+TOKEN_KEY = "oreo_session_token"
+# The browser keeps only the web session's opaque token (core.web_sessions), under this name.
+SESSION_COOKIE = "oreo_session"
+_CLEAR_COOKIE_KEY = "oreo_clear_session_cookie"
+# A deep link kept across an SSO round trip (remember_deep_link), for ten minutes at most.
+NEXT_COOKIE = "oreo_next"
+_NEXT_MAX_AGE = 600
+_FRESH_SSO_KEY = "oreo_fresh_sso"
+_BROWSER = re.compile(r"(Edg|OPR|Firefox|HeadlessChrome|Chrome|Safari)/(\d+)")
 DATASET_KEY = "oreo_dataset"
 
 
@@ -51,47 +64,197 @@ def _oidc_claims() -> dict[str, Any]:
 
 
 def current_user() -> auth.User | None:
-    """The signed-in user: a local sign-in kept in the session, or an OIDC identity."""
+    """The signed-in user, from this tab's sign-in, the browser's session cookie or an OIDC identity.
+
+    Every run checks the web session again, so a sign-out in another tab, a revocation by
+    an admin or an expiry takes effect on the next click.
+    """
+    token = st.session_state.get(TOKEN_KEY)
+    if token:
+        session = web_sessions.resume_web_session(catalog(), token)
+        if session is not None:
+            return session.user
+        _session_ended()
+        return None
     username = st.session_state.get(USER_KEY)
-    if username:
+    if username:  # in-process page tests (AppTest) sign in this way; a browser always holds a token
         try:
             return auth.get_user(catalog(), username)
         except OreoError:
             st.session_state.pop(USER_KEY, None)
             return None
+    presented = _presented_token()
+    session = web_sessions.resume_web_session(catalog(), presented)
+    if session is not None and presented is not None:  # a reload, a new tab or a deep link
+        _remember(session.user, session.method, presented)
+        return session.user
     if oidc_configured() and st.user.is_logged_in:
-        settings = get_settings()
-        claims = _oidc_claims()
-        groups = claims.get(settings.oidc_groups_claim) or []
-        if isinstance(groups, str):
-            groups = [groups]
-        try:
-            user = auth.sign_in_oidc(
-                catalog(),
-                email=claims.get("email"),
-                name=claims.get("name"),
-                groups=[str(g) for g in groups],
-                group_roles=settings.oidc_group_roles,
-            )
-        except OreoError as exc:
-            st.error(str(exc))
-            return None
-        st.session_state[USER_KEY] = user.username
-        st.session_state["oreo_auth_method"] = "oidc"
-        return user
+        return _sign_in_with_identity(presented)
     return None
 
 
+def sign_in(user: auth.User, method: web_sessions.AuthMethod) -> None:
+    """Start a web session for a user who just proved who they are; the cookie is written on the next run."""
+    token = web_sessions.start_web_session(catalog(), user, method, client=_client_label())
+    _remember(user, method, token)
+
+
 def sign_out() -> None:
-    method = st.session_state.get("oreo_auth_method")
+    """Revoke this browser's session server-side, forget the tab's state and return to the login page."""
+    method = st.session_state.get(METHOD_KEY)
+    web_sessions.end_web_session(catalog(), st.session_state.get(TOKEN_KEY))
     for key in list(st.session_state.keys()):
         del st.session_state[key]
+    st.session_state[_CLEAR_COOKIE_KEY] = True
     if method == "oidc":
         # st.logout queues a browser redirect through the provider's logout that clears the
         # identity cookie; st.rerun would drop it and the next page load would sign back in.
         st.logout()
         st.stop()
     st.rerun()
+
+
+def sync_session_cookie() -> None:
+    """Make the browser's ``oreo_session`` cookie match this tab: the session's token, or none.
+
+    ``st.context.cookies`` holds what the browser sent when the tab connected, so a sign-in
+    made in this tab writes its cookie from here on every run until a reload presents it.
+    Call it on every run where nothing can stop the script first: in the sidebar before
+    the page runs, or after the login page, which never stops early.
+    """
+    token = st.session_state.get(TOKEN_KEY)
+    presented = _presented_token()
+    if token:
+        if token != presented:
+            _write_cookie(SESSION_COOKIE, token, max_age=get_settings().web_session_max_days * 86_400)
+    elif presented or st.session_state.get(_CLEAR_COOKIE_KEY):
+        _write_cookie(SESSION_COOKIE, "", max_age=0)
+    if token and _presented(NEXT_COOKIE):
+        _write_cookie(NEXT_COOKIE, "", max_age=0)
+
+
+def remember_deep_link(url_path: str) -> None:
+    """Keep the address a signed-out user asked for across an SSO round trip.
+
+    The identity provider sends the browser back to the app's root, so the address waits
+    in a short-lived cookie (``oreo_next``) that ``take_deep_link`` reads after the sign-in.
+    A password sign-in needs none of this: its rerun stays on the address.
+    """
+    if url_path and oidc_configured() and _presented(NEXT_COOKIE) != url_path:
+        _write_cookie(NEXT_COOKIE, url_path, max_age=_NEXT_MAX_AGE)
+
+
+def take_deep_link() -> str | None:
+    """The address kept by ``remember_deep_link``, once, right after an SSO sign-in in this tab."""
+    if not st.session_state.pop(_FRESH_SSO_KEY, False):
+        return None
+    return _presented(NEXT_COOKIE)
+
+
+def client_address() -> str:
+    """The browser's address as the server sees it (``localhost`` for a browser on this machine)."""
+    try:
+        address = st.context.ip_address
+    except Exception:  # no browser connection, e.g. in-process page tests
+        address = None
+    return address if isinstance(address, str) and address else "localhost"
+
+
+def _client_label() -> str:
+    try:
+        agent = st.context.headers.get("User-Agent")
+    except Exception:
+        agent = None
+    agent = agent if isinstance(agent, str) else ""
+    browser = _BROWSER.search(agent)
+    return f"{client_address()} · {' '.join(browser.groups()) if browser else agent[:60] or 'unknown browser'}"
+
+
+def _remember(user: auth.User, method: str, token: str) -> None:
+    st.session_state[USER_KEY] = user.username
+    st.session_state[METHOD_KEY] = method
+    st.session_state[TOKEN_KEY] = token
+
+
+def _presented_token() -> str | None:
+    return _presented(SESSION_COOKIE)
+
+
+def _presented(cookie: str) -> str | None:
+    """A cookie the browser sent when this tab connected."""
+    try:
+        value = st.context.cookies.get(cookie)
+    except Exception:  # no browser connection
+        value = None
+    # In-process page tests (AppTest) have a stand-in client whose values are not strings.
+    return value if isinstance(value, str) and value else None
+
+
+def _session_ended() -> None:
+    """This tab's session was revoked or expired: sign out here too, and end an SSO identity with it."""
+    method = st.session_state.get(METHOD_KEY)
+    for key in (USER_KEY, METHOD_KEY, TOKEN_KEY):
+        st.session_state.pop(key, None)
+    st.session_state[_CLEAR_COOKIE_KEY] = True
+    if method == "oidc" and oidc_configured() and st.user.is_logged_in:
+        st.logout()
+        st.stop()
+
+
+def _sign_in_with_identity(presented: str | None) -> auth.User | None:
+    """Turn an OIDC identity (``st.user``) into a web session, unless the identity outlived its session."""
+    claims = _oidc_claims()
+    if _identity_outlived_its_session(claims, presented):
+        # Signed out, revoked or expired here: ending the identity too makes the user sign in
+        # at the provider again instead of being let back in by Streamlit's identity cookie.
+        st.logout()
+        st.stop()
+    settings = get_settings()
+    groups = claims.get(settings.oidc_groups_claim) or []
+    if isinstance(groups, str):
+        groups = [groups]
+    try:
+        user = auth.sign_in_oidc(
+            catalog(),
+            email=claims.get("email"),
+            name=claims.get("name"),
+            groups=[str(g) for g in groups],
+            group_roles=settings.oidc_group_roles,
+        )
+    except OreoError as exc:
+        st.error(str(exc))
+        return None
+    sign_in(user, "oidc")
+    st.session_state[_FRESH_SSO_KEY] = True
+    return user
+
+
+def _identity_outlived_its_session(claims: dict[str, Any], presented: str | None) -> bool:
+    """True when the identity provider's sign-in (the ID token's ``iat``) is not a fresh one.
+
+    It is stale when it is older than the absolute lifetime (the cookie that would have
+    carried its session is gone by then), or when the browser still presents an ended
+    session that started after it: that session was this identity's.
+    """
+    issued = claims.get("iat")
+    if not isinstance(issued, int | float):
+        return False
+    issued_at = datetime.fromtimestamp(issued, UTC)
+    if utcnow() - issued_at > timedelta(days=get_settings().web_session_max_days):
+        return True
+    ended = web_sessions.find_web_session(catalog(), presented)
+    return ended is not None and issued_at <= ended.created_at
+
+
+def _write_cookie(name: str, value: str, *, max_age: int) -> None:
+    cookie = f"{name}={value}; Path=/; Max-Age={max_age}; SameSite=Strict"
+    st.html(
+        "<script>(() => {"
+        f"document.cookie = {json.dumps(cookie)} + (location.protocol === 'https:' ? '; Secure' : '');"
+        "})();</script>",
+        unsafe_allow_javascript=True,
+        width=1,
+    )
 
 
 def require_user() -> auth.User:

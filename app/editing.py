@@ -1,17 +1,28 @@
-"""The Table page's editing pieces: the grid's frame, its edits as core operations, the preview's styling.
+"""The Table page's editing pieces: the grid's frame and typed columns, its edits as core operations, the preview.
 
 ``st.data_editor`` cannot colour its cells, so the page shows the editable grid with a
 read-only marker column, and beside it a styled, read-only preview of the changed rows.
 Everything here is plain pandas, so it is tested without a browser.
+
+Each column gets the editor its type needs (numbers, date pickers, checkboxes, a select
+box when the validation suite lists the allowed values). A grid can only send "no value"
+for a cell it could not read (letters typed into a number cell leave it empty), so an
+emptied cell is never saved from the grid directly: it comes back as a *clear* that the
+person confirms (``GridChanges.clears``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from core.sessions import CHANGE_COLUMN, EDITED_COLUMN, DeleteRow, EditOp, SetCell
+from app.formatting import display_value, is_empty
+from core.errors import InvalidInput
+from core.sessions import CHANGE_COLUMN, EDITED_COLUMN, DeleteRow, EditOp, SetCell, UndoCell
+from core.values import INTEGER_RANGES, decimal_shape, type_family
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,80 +31,258 @@ if TYPE_CHECKING:
     from core.reads import Column
 
 MARK_COLUMN = "_mark"
+DELETE_COLUMN = "_delete"
+EDIT_COLUMNS = (MARK_COLUMN, DELETE_COLUMN)  # the grid's own columns, not the table's
 MARKS = {"update": "✎ edited", "insert": "＋ added", "delete": "✖ deleted", "": ""}
 EDITED_CELL = "background-color: #fff3b0; color: #4a3b00"
 ADDED_ROW = "background-color: #d8f5d0; color: #14501a"
 DELETED_ROW = "background-color: #fbd5d5; color: #7a1010; text-decoration: line-through"
+# Longest text a cell takes when the suite sets no length limit.
+DEFAULT_MAX_TEXT = 2000
+_MIDNIGHT = re.compile(r"(\d{4}-\d{2}-\d{2})T00:00(?::00(?:\.0+)?)?Z?")
 
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
-_FLOAT_TYPES = ("FLOAT", "DOUBLE", "REAL")
+
+@dataclass(frozen=True)
+class ColumnRule:
+    """What the dataset's validation suite says about one column's values."""
+
+    value_set: tuple[Any, ...] | None = None  # expect_column_values_to_be_in_set
+    max_length: int | None = None  # expect_column_value_lengths_to_be_between
+
+
+def column_rules(suite: Mapping[str, Any]) -> dict[str, ColumnRule]:
+    """Per column, the allowed values and the longest text the GX suite allows."""
+    sets: dict[str, tuple[Any, ...]] = {}
+    lengths: dict[str, int] = {}
+    for item in suite.get("expectations") or []:
+        kwargs = item.get("kwargs") or {}
+        column = kwargs.get("column")
+        if not isinstance(column, str):
+            continue
+        kind = item.get("type") or item.get("expectation_type")
+        if kind == "expect_column_values_to_be_in_set" and isinstance(kwargs.get("value_set"), list | tuple):
+            sets[column] = tuple(kwargs["value_set"])
+        elif kind == "expect_column_value_lengths_to_be_between" and kwargs.get("max_value") is not None:
+            lengths[column] = int(kwargs["max_value"])
+    return {c: ColumnRule(sets.get(c), lengths.get(c)) for c in {*sets, *lengths}}
 
 
 def _pandas_dtype(duck_type: str) -> str | None:
     """The nullable pandas dtype that gives a DuckDB column the right grid editor."""
-    base = duck_type.split("(")[0].strip().upper()
-    if base in _INTEGER_TYPES:
+    family = type_family(duck_type)
+    if family == "integer" and duck_type.upper() not in ("HUGEINT", "UBIGINT"):
         return "Int64"
-    if base in _FLOAT_TYPES:
+    if family == "float":
         return "Float64"
-    if base == "BOOLEAN":
+    if family == "boolean":
         return "boolean"
-    if base == "VARCHAR":
+    if family == "text":
         return "string"
     return None  # dates, timestamps, decimals: the objects DuckDB returned already fit
 
 
-def grid_frame(rows: pd.DataFrame, columns: Sequence[Column]) -> pd.DataFrame:
+def grid_frame(rows: pd.DataFrame, columns: Sequence[Column], *, deletable: bool = False) -> pd.DataFrame:
     """The overlay page as the editor shows it: typed columns and a read-only change marker first.
+
+    With ``deletable``, a checkbox column follows the marker: ticked rows are deleted.
 
     The overlay hands every value over as a Python object; typed columns give the grid
     number, checkbox and text editors, and a cleared cell stays empty instead of "None".
     """
+    import pandas as pd
+
     frame = rows.drop(columns=[CHANGE_COLUMN, EDITED_COLUMN], errors="ignore").copy()
     for column in columns:
         dtype = _pandas_dtype(column.type)
         if dtype is not None and column.name in frame.columns:
             frame[column.name] = frame[column.name].astype(dtype)
-    changes = rows[CHANGE_COLUMN] if CHANGE_COLUMN in rows.columns else [""] * len(rows)
+    changes = list(rows[CHANGE_COLUMN]) if CHANGE_COLUMN in rows.columns else [""] * len(rows)
     frame.insert(0, MARK_COLUMN, [MARKS.get(c or "", "") for c in changes])
+    if deletable:
+        frame.insert(1, DELETE_COLUMN, pd.Series([c == "delete" for c in changes], dtype=bool, index=frame.index))
     return frame.reset_index(drop=True)
 
 
+def sort_label(name: str, sort: str | None, descending: bool) -> str:
+    """A header as the grid shows it: the server's sort column carries ▲ or ▼."""
+    if name != sort:
+        return name
+    return f"{name} {'▼' if descending else '▲'}"
+
+
+def _type_help(column: Column, rule: ColumnRule | None) -> str:
+    family = type_family(column.type)
+    parts = [column.type.lower()]
+    if family == "integer":
+        low, high = INTEGER_RANGES[column.type.upper().strip()]
+        parts.append(f"whole numbers {low:,} to {high:,}")
+    if family == "decimal":
+        shape = decimal_shape(column.type)
+        if shape:
+            parts.append(f"at most {shape[1]} decimal place(s)")
+    if rule and rule.value_set is not None:
+        parts.append("one of: " + ", ".join(map(str, rule.value_set)))
+    if family == "text":
+        parts.append(f"at most {(rule.max_length if rule and rule.max_length else DEFAULT_MAX_TEXT):,} characters")
+    return " · ".join(parts)
+
+
+def column_config(
+    columns: Sequence[Column],
+    rules: Mapping[str, ColumnRule],
+    *,
+    key_column: str | None,
+    sort: str | None = None,
+    descending: bool = False,
+    editable: bool = True,
+) -> dict[str, Any]:
+    """``st.column_config`` for every column: its type's editor, its rules, the sort mark in its header.
+
+    No ``max_value`` / ``max_chars`` is set: the grid would clamp or cut the value without a
+    word. Core refuses a value that does not fit, with a message; the help text says the range.
+    """
+    import streamlit as st
+
+    config: dict[str, Any] = {
+        MARK_COLUMN: st.column_config.TextColumn("change", disabled=True, width="small"),
+        DELETE_COLUMN: st.column_config.CheckboxColumn(
+            "delete", width="small", help="Tick to delete the row (untick to keep it)", disabled=not editable
+        ),
+    }
+    for column in columns:
+        name = column.name
+        if name == "row_id" and key_column:
+            config[name] = None  # the key shows the row; row_id stays in exports and the CLI
+            continue
+        label = sort_label(name, sort, descending)
+        rule = rules.get(name)
+        help_text = _type_help(column, rule)
+        locked = not editable or name in ("row_id", key_column)
+        family = type_family(column.type)
+        if rule is not None and rule.value_set is not None and family not in ("nested", "other"):
+            config[name] = st.column_config.SelectboxColumn(
+                label, options=list(rule.value_set), help=help_text, disabled=locked
+            )
+        elif family == "integer":
+            config[name] = st.column_config.NumberColumn(label, step=1, help=help_text, disabled=locked)
+        elif family == "decimal":
+            shape = decimal_shape(column.type)
+            step = 10 ** -shape[1] if shape and shape[1] else 1
+            config[name] = st.column_config.NumberColumn(label, step=step, help=help_text, disabled=locked)
+        elif family == "float":
+            config[name] = st.column_config.NumberColumn(label, help=help_text, disabled=locked)
+        elif family == "boolean":
+            config[name] = st.column_config.CheckboxColumn(label, help=help_text, disabled=locked)
+        elif family == "date":
+            config[name] = st.column_config.DateColumn(label, format="YYYY-MM-DD", help=help_text, disabled=locked)
+        elif family in ("timestamp", "timestamptz"):
+            config[name] = st.column_config.DatetimeColumn(
+                label, format="YYYY-MM-DD HH:mm:ss", help=help_text, disabled=locked
+            )
+        else:
+            config[name] = st.column_config.TextColumn(label, help=help_text, disabled=locked)
+    if key_column and isinstance(config.get(key_column), dict):
+        config[key_column]["pinned"] = True  # the row's name stays in view while scrolling sideways
+    return config
+
+
 def cell_text(value: Any, duck_type: str) -> str | None:
-    """A grid value as the text core expects (None clears the cell)."""
+    """A grid value as the text core expects (None: the grid sent no value)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    base = duck_type.split("(")[0].strip().upper()
+    family = type_family(duck_type)
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, float) and base in _INTEGER_TYPES and value.is_integer():
+    if isinstance(value, float) and family == "integer" and value.is_integer():
         return str(int(value))
     text = str(value)
-    if text == "" and base != "VARCHAR":
-        return None  # an emptied number or date cell means "no value"
-    if base == "DATE" and "T" in text:
-        return text.split("T", 1)[0]  # the grid's date editor sends an ISO timestamp
+    if text == "":
+        return None  # an emptied cell: the person confirms it (GridChanges.clears)
+    if family == "date":
+        midnight = _MIDNIGHT.fullmatch(text)
+        if midnight:
+            return midnight.group(1)  # the grid's date editor sends an ISO timestamp at midnight
     return text
 
 
-def grid_ops(state: Mapping[str, Any], frame: pd.DataFrame, types: Mapping[str, str]) -> list[EditOp]:
+@dataclass(frozen=True)
+class GridChanges:
+    """What one grid interaction asks for: edits to save, and cells it emptied (to confirm first)."""
+
+    ops: list[EditOp] = field(default_factory=list)
+    clears: list[SetCell] = field(default_factory=list)
+
+
+def grid_changes(state: Mapping[str, Any], frame: pd.DataFrame, types: Mapping[str, str]) -> GridChanges:
     """The core operations that the editor's pending state (``st.session_state[key]``) stands for.
 
     ``edited_rows`` and ``deleted_rows`` index the rows of ``frame`` by position; the
-    marker column and unknown columns are ignored (both are read-only in the grid).
+    marker column and unknown columns are ignored (both are read-only in the grid). A
+    cell that had a value and arrives empty is a clear, never an edit.
     """
     ops: list[EditOp] = []
+    clears: list[SetCell] = []
     row_ids = list(frame["row_id"]) if len(frame) else []
     for position, changes in sorted((int(k), v) for k, v in (state.get("edited_rows") or {}).items()):
         if not 0 <= position < len(row_ids):
             continue
         for column, value in changes.items():
-            if column in types and column != "row_id":
-                ops.append(SetCell(str(row_ids[position]), column, cell_text(value, types[column])))
+            if column == DELETE_COLUMN:
+                was_deleted = bool(frame.iloc[position][DELETE_COLUMN]) if DELETE_COLUMN in frame.columns else False
+                if bool(value) and not was_deleted:
+                    ops.append(DeleteRow(str(row_ids[position])))
+                elif not bool(value) and was_deleted:
+                    ops.append(UndoCell(str(row_ids[position]), None))
+                continue
+            if column not in types or column == "row_id":
+                continue
+            text = cell_text(value, types[column])
+            row_id = str(row_ids[position])
+            if text is None:
+                before = frame.iloc[position][column] if column in frame.columns else None
+                if not is_empty(before) and str(before) != "":
+                    clears.append(SetCell(row_id, column, None))
+                continue
+            ops.append(SetCell(row_id, column, text))
     for position in sorted(int(p) for p in state.get("deleted_rows") or []):
         if 0 <= position < len(row_ids):
             ops.append(DeleteRow(str(row_ids[position])))
-    return ops
+    return GridChanges(ops, clears)
+
+
+def grid_ops(state: Mapping[str, Any], frame: pd.DataFrame, types: Mapping[str, str]) -> list[EditOp]:
+    """``grid_changes`` with clears as edits: for callers that already confirmed them."""
+    changes = grid_changes(state, frame, types)
+    return [*changes.ops, *changes.clears]
+
+
+def check_lengths(
+    values: Mapping[str, Any], rules: Mapping[str, ColumnRule], types: Mapping[str, str], row: str
+) -> None:
+    """Refuse text longer than its column allows (never cut it).
+
+    Raises:
+        InvalidInput: Names the row, the column, the start of the value and the limit.
+    """
+    for column, value in values.items():
+        if not isinstance(value, str) or type_family(types.get(column, "")) != "text":
+            continue
+        rule = rules.get(column)
+        limit = rule.max_length if rule and rule.max_length else DEFAULT_MAX_TEXT
+        if len(value) > limit:
+            shown = value if len(value) <= 40 else value[:39] + "…"
+            raise InvalidInput(
+                f"row {row!r}, column {column!r}: {shown!r} has {len(value):,} characters, more than the "
+                f"{limit:,} allowed; nothing was saved",
+                field=column,
+            )
+
+
+def check_op_lengths(ops: Sequence[EditOp], rules: Mapping[str, ColumnRule], types: Mapping[str, str]) -> None:
+    """``check_lengths`` for every cell edit of a batch."""
+    for op in ops:
+        if isinstance(op, SetCell):
+            check_lengths({op.column: op.value}, rules, types, op.row_id)
 
 
 def changed_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -104,10 +293,14 @@ def changed_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def preview(rows: pd.DataFrame, columns: Sequence[Column]) -> Styler:
-    """Changed overlay rows, styled: edited cells yellow, added rows green, deleted rows red and struck through."""
+    """Changed overlay rows, styled: edited cells yellow, added rows green, deleted rows red and struck through.
+
+    Values read as everywhere else (``app.formatting``): ∅ for empty, ISO dates, grid numbers.
+    """
     frame = grid_frame(rows, columns)
     changes = list(rows[CHANGE_COLUMN]) if CHANGE_COLUMN in rows.columns else [""] * len(rows)
     edited = list(rows[EDITED_COLUMN]) if EDITED_COLUMN in rows.columns else [[]] * len(rows)
+    types = {c.name: c.type for c in columns}
 
     def style_row(row: pd.Series) -> list[str]:
         i = int(row.name)  # type: ignore[arg-type]
@@ -118,4 +311,22 @@ def preview(rows: pd.DataFrame, columns: Sequence[Column]) -> Styler:
         cells = set(edited[i] or [])
         return [EDITED_CELL if c in cells else "" for c in row.index]
 
-    return frame.style.apply(style_row, axis=1)
+    # Values as text, so an empty one reads ∅ in the cell itself (not only on the canvas).
+    shown = frame.astype(object)
+    for name in frame.columns:
+        if name in types:
+            shown[name] = [display_value(v, types[name]) for v in frame[name]]
+    return shown.style.apply(style_row, axis=1)
+
+
+def preview_config(columns: Sequence[Column], key_column: str | None) -> dict[str, Any]:
+    """The preview's columns: numbers stay right-aligned although they are shown as text."""
+    import streamlit as st
+
+    config: dict[str, Any] = {MARK_COLUMN: st.column_config.TextColumn("change", width="small")}
+    for column in columns:
+        if column.name == "row_id" and key_column:
+            config[column.name] = None
+        elif type_family(column.type) in ("integer", "decimal", "float"):
+            config[column.name] = st.column_config.TextColumn(column.name, alignment="right")
+    return config

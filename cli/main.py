@@ -8,6 +8,8 @@ one JSON document on stdout. Exit codes: 0 success, 1 refused or failed (one lin
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -16,14 +18,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
 from cli.migrate import migrate_app
-from core import auth, change_requests, datasets, engine, projects, sessions
+from core import auth, change_requests, datasets, engine, logs, projects, sessions
 from core.catalog import Catalog, open_catalog
-from core.errors import InvalidInput, OreoError
+from core.errors import EngineError, InvalidInput, OreoError
+from core.filters import parse_where
 from core.reads import RowFilter
 
+_logger = logging.getLogger("oreo.cli")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Oreo: review console for Delta Lake tables.")
 user_app = typer.Typer(no_args_is_help=True, help="Local accounts.")
 project_app = typer.Typer(no_args_is_help=True, help="Projects.")
@@ -69,12 +74,36 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN and ±Infinity float as the string "NaN", "Infinity" or "-Infinity".
+
+    Strict JSON has no such numbers; ``json.dumps`` would print bare ``NaN``/``Infinity``.
+    """
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE_TEXT[str(value)]
+    return value
+
+
+def dumps(document: Any, *, indent: int | None = None) -> str:
+    """One strict JSON document (``allow_nan=False``: a bare NaN would be a bug, not output)."""
+    return json.dumps(strict_json(document), default=_jsonable, indent=indent, allow_nan=False)
+
+
 def emit(document: dict[str, Any], human: str | None = None) -> None:
     """Print ``document`` as JSON with --json, else ``human`` (or an indented rendering)."""
     if state.json:
-        sys.stdout.write(json.dumps(document, default=_jsonable) + "\n")
+        sys.stdout.write(dumps(document) + "\n")
     else:
-        sys.stdout.write((human if human is not None else json.dumps(document, default=_jsonable, indent=2)) + "\n")
+        sys.stdout.write((human if human is not None else dumps(document, indent=2)) + "\n")
 
 
 def _catalog() -> Catalog:
@@ -165,6 +194,52 @@ def user_list() -> None:
         ]
     }
     emit(doc, "\n".join(f"{u.username:<20} {u.email or '':<30} {'site-admin' if u.site_admin else ''}" for u in users))
+
+
+@user_app.command("sessions")
+def user_sessions(username: str, as_user: AsUser = None) -> None:
+    """List a user's browser sign-ins, newest first (ended ones too, with their state)."""
+    from core import web_sessions
+
+    catalog = _catalog()
+    items = web_sessions.list_web_sessions(catalog, username, actor=_actor(catalog, as_user))
+    doc = {
+        "username": username,
+        "sessions": [
+            {
+                "id": w.id,
+                "method": w.method,
+                "created_at": w.created_at,
+                "last_seen_at": w.last_seen_at,
+                "expires_at": w.expires_at,
+                "idle_expires_at": w.idle_expires_at,
+                "client": w.client,
+                "state": w.state,
+            }
+            for w in items
+        ],
+    }
+
+    def when(value: datetime) -> str:
+        return value.strftime("%Y-%m-%d %H:%M")
+
+    lines = [f"{'id':<8}  {'method':<8}  {'created':<16}  {'last seen':<16}  {'expires':<16}  {'state':<7}  client"]
+    lines += [
+        f"{w.id[:8]:<8}  {w.method:<8}  {when(w.created_at)}  {when(w.last_seen_at)}  "
+        f"{when(min(w.expires_at, w.idle_expires_at))}  {w.state:<7}  {w.client}"
+        for w in items
+    ]
+    emit(doc, "\n".join(lines) if items else f"{username} has no browser sessions")
+
+
+@user_app.command("revoke")
+def user_revoke(username: str, as_user: AsUser = None) -> None:
+    """Revoke every active browser sign-in of a user (site admins); their next page load asks for sign-in."""
+    from core import web_sessions
+
+    catalog = _catalog()
+    revoked = web_sessions.revoke_user_sessions(catalog, username, actor=_actor(catalog, as_user))
+    emit({"username": username, "revoked": revoked}, f"revoked {revoked} session(s) of {username}")
 
 
 # ---------------------------------------------------------------- projects and members
@@ -272,6 +347,37 @@ def dataset_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> No
     emit(doc, human)
 
 
+@dataset_app.command("set")
+def dataset_set(
+    project_id: str,
+    dataset_id: str,
+    allow_non_finite: Annotated[
+        str | None,
+        typer.Option(
+            "--allow-non-finite",
+            help="true: edits and imports may store NaN and ±Infinity in float columns (default false).",
+            metavar="true|false",
+        ),
+    ] = None,
+    as_user: AsUser = None,
+) -> None:
+    """Change a dataset's settings (admins); prints all of them."""
+    allow = None if allow_non_finite is None else _parse_bool(allow_non_finite, "--allow-non-finite")
+    catalog = _catalog()
+    settings = datasets.set_dataset_settings(
+        catalog, project_id, dataset_id, actor=_actor(catalog, as_user), allow_non_finite=allow
+    )
+    doc = {"project": project_id, "dataset": dataset_id, **settings.to_json()}
+    emit(doc, f"{project_id}/{dataset_id}: allow_non_finite={str(settings.allow_non_finite).lower()}")
+
+
+def _parse_bool(value: str, option: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered not in ("true", "false"):
+        raise typer.BadParameter(f"must be true or false, got {value!r}", param_hint=option)
+    return lowered == "true"
+
+
 def _session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
     """Refuse a session that belongs to another dataset than the one named."""
     info = sessions.get_session(catalog, session_id, actor=actor)
@@ -308,16 +414,29 @@ def dataset_rows(
     contains: Annotated[
         list[str] | None, typer.Option("--contains", help="COLUMN=TEXT (substring), repeatable.")
     ] = None,
-    order_by: Annotated[str | None, typer.Option("--order-by", help="Sort by this column.")] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="COLUMN OP VALUE, repeatable, ANDed; OP is = != < <= > >=, between A and B, contains, "
+            "starts with, is empty, is not empty, in (A,B,...).",
+        ),
+    ] = None,
+    order_by: Annotated[str | None, typer.Option("--order-by", help="Sort the whole table by this column.")] = None,
     desc: Annotated[bool, typer.Option("--desc", help="Sort descending.")] = False,
     limit: Annotated[int, typer.Option("--limit", help="Rows per page.")] = 50,
     offset: Annotated[int, typer.Option("--offset", help="Rows to skip.")] = 0,
     session_id: Annotated[str | None, typer.Option("--session", help="Apply this live-edit session's overlay.")] = None,
     as_user: AsUser = None,
 ) -> None:
-    """Read a page of rows through DuckDB (optionally with a session's edits applied)."""
+    """Read a page of rows through DuckDB (optionally with a session's edits applied).
+
+    Rows are in the dataset's stable order (its key, else the order they were added)
+    unless --order-by sorts the whole table.
+    """
     catalog = _catalog()
     filters = _parse_filters(filter_ or [], "eq") + _parse_filters(contains or [], "contains")
+    conditions = [parse_where(text) for text in where or []]
     if session_id is not None:
         if version is not None:
             raise typer.BadParameter("--session shows pending edits over the latest version; drop --version")
@@ -328,6 +447,7 @@ def dataset_rows(
             session_id,
             actor=actor,
             filters=filters,
+            conditions=conditions,
             order_by=order_by,
             descending=desc,
             limit=limit,
@@ -342,6 +462,7 @@ def dataset_rows(
         actor=_actor(catalog, as_user),
         version=version,
         filters=filters,
+        conditions=conditions,
         order_by=order_by,
         descending=desc,
         limit=limit,
@@ -404,6 +525,11 @@ def edit(
     ] = None,
 ) -> None:
     ops = _parse_edit_args(list(ctx.args))
+    if not ops:  # refused before a session is opened, so a refused edit leaves nothing behind
+        raise InvalidInput(
+            "no edits given; add --set ROW_ID COLUMN VALUE, --delete-row ROW_ID or --add-row JSON_OBJECT",
+            field="edits",
+        )
     catalog = _catalog()
     actor = auth.get_user(catalog, as_user)
     if session_id is None:
@@ -685,7 +811,7 @@ def rules_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> None
     """Print the dataset's ExpectationSuite (GX JSON)."""
     catalog = _catalog()
     suite = datasets.dataset_rules(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
-    emit(suite, json.dumps(suite, indent=2, default=_jsonable))
+    emit(suite, dumps(suite, indent=2))
 
 
 @rules_app.command("set")
@@ -817,6 +943,32 @@ def history_export(
     )
 
 
+# ---------------------------------------------------------------- doctor
+
+
+class _Unhealthy(typer.TyperException):
+    """Ends ``oreo doctor`` with exit code 1 after its report (a ``typer.Exit`` would end it with 0)."""
+
+    exit_code = 1
+
+    def show(self) -> None:
+        """Nothing to add: the report, with each failed check, is already on stdout."""
+
+
+@app.command("doctor")
+def doctor_cmd(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
+    """Check a dataset's table (log, files, checkpoints) against the catalog; exit 1 if anything is wrong."""
+    from core import doctor
+
+    catalog = _catalog()
+    diagnosis = doctor.diagnose(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
+    lines = [f"{'ok  ' if c.ok else 'FAIL'}  {c.name:<16} {c.detail}" for c in diagnosis.checks]
+    verdict = "healthy" if diagnosis.ok else "DAMAGED: see the failed checks above"
+    emit(diagnosis.to_json(), "\n".join([*lines, f"{project_id}/{dataset_id}: {verdict}"]))
+    if not diagnosis.ok:
+        raise _Unhealthy("the table has problems")
+
+
 # ---------------------------------------------------------------- maintenance
 
 
@@ -910,7 +1062,22 @@ def cleanup_cmd(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``oreo`` console script."""
+    """Entry point of the ``oreo`` console script.
+
+    Library logging and warnings go to ``<data root>/logs/oreo.log`` and the Spark JVM's
+    output to ``logs/spark.log``, so stderr holds nothing on success and one ``error:``
+    line on failure; a failure's traceback is logged, and its line names the log.
+    """
+    try:
+        log = logs.oreo_log()
+    except OreoError as exc:  # a malformed setting: there is no data root to log into yet
+        sys.stderr.write(f"error: {exc}\n")
+        return 1
+    with logs.library_logging_to_file(log):
+        return _run_command(argv, log)
+
+
+def _run_command(argv: list[str] | None, log: Path) -> int:
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="oreo", standalone_mode=False)
@@ -923,7 +1090,20 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return int(getattr(exc, "exit_code", 2) or 2)
     except OreoError as exc:
-        sys.stderr.write(f"error: {exc}\n")
+        message = str(exc)
+        if isinstance(exc, EngineError) or "\n" in message:
+            # Not the arguments: a --dsn may carry a password.
+            _logger.error("the command failed", exc_info=exc)
+            message = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+            if "details in " not in message:
+                message += f" (details in {log})"
+        sys.stderr.write(f"error: {message}\n")
+        return 1
+    except Exception as exc:  # a bug or an untranslated library error: still one line, the rest logged
+        _logger.error("the command failed", exc_info=exc)
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else ""
+        sys.stderr.write(f"error: unexpected {type(exc).__name__}: {first} (details in {log})\n")
         return 1
     return 0
 

@@ -65,6 +65,33 @@ class SignedIn(AuditEvent):
 class SignInFailed(AuditEvent):
     name: ClassVar[str] = "sign_in_failed"
     method: str = "password"
+    # "invalid" (wrong password, unknown or disabled user) or "throttled" (not even checked).
+    reason: str = "invalid"
+    client: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebSessionStarted(AuditEvent):
+    name: ClassVar[str] = "web_session_started"
+    session_id: str
+    method: str
+    client: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SignedOut(AuditEvent):
+    name: ClassVar[str] = "signed_out"
+    session_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebSessionsRevoked(AuditEvent):
+    name: ClassVar[str] = "web_sessions_revoked"
+    username: str
+    revoked: int
+
+    def target(self) -> str:
+        return f"user:{self.username}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,9 +4,11 @@ Roles are ordered ``editor < approver < admin``; each includes the ones below it
 site admin holds ``admin`` everywhere. Every core operation takes the acting ``User`` and
 calls ``require_role`` before it touches anything.
 
-Local accounts keep an argon2id hash. OIDC accounts (``st.login``) are matched by email;
-``sign_in_oidc`` creates the account on first sign-in and grants the roles that the
-configured group mapping derives from the identity provider's group claim.
+Local accounts keep an argon2id hash; failed password sign-ins are counted per typed
+username and per client in the catalog and throttled from the fifth one on. OIDC
+accounts (``st.login``) are matched by email; ``sign_in_oidc`` creates the account on
+first sign-in and grants the roles that the configured group mapping derives from the
+identity provider's group claim. ``core.web_sessions`` keeps either kind signed in.
 
 ``SYSTEM`` is the operator at the command line who did not name a user with ``--as``:
 whoever can run ``oreo`` on the server already holds the data and the catalog.
@@ -15,18 +17,22 @@ whoever can run ``oreo`` on the server already holds the data and the catalog.
 from __future__ import annotations
 
 import enum
+import functools
+import math
 import re
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, delete, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from core import audit
-from core.catalog import Catalog, MembershipRow, ProjectRow, UserRow, utcnow
+from core.catalog import Catalog, MembershipRow, ProjectRow, SignInFailureRow, UserRow, WebSessionRow, utcnow
 from core.errors import (
     AlreadyExists,
     AuthenticationFailed,
@@ -80,7 +86,7 @@ class User:
 SYSTEM = User(id=0, username="system", display_name="command line operator", site_admin=True, auth_source="system")
 
 
-def _to_user(row: UserRow) -> User:
+def user_from_row(row: UserRow) -> User:
     return User(
         id=row.id,
         username=row.username,
@@ -166,17 +172,23 @@ def create_user(
         s.add(row)
         s.flush()
         audit.record(s, audit.UserCreated(actor=actor.username, username=username, site_admin=site_admin))
-        return _to_user(row), password
+        return user_from_row(row), password
 
 
 def set_password(catalog: Catalog, username: str, password: str, *, actor: User = SYSTEM) -> None:
-    """Replace a user's password (a site admin, or the user themself)."""
+    """Replace a user's password (a site admin, or the user themself) and revoke their browser sessions."""
     _check_password(password)
     if not actor.site_admin and actor.username != username:
         raise PermissionDenied("only a site admin can change another user's password", user=actor.username)
     with catalog.session() as s:
         row = _user_row(s, username)
         row.password_hash = hash_password(password)
+        # Whoever knew the old password may hold a browser session: a new password ends them all.
+        s.execute(
+            update(WebSessionRow)
+            .where(WebSessionRow.user_id == row.id, WebSessionRow.revoked_at.is_(None))
+            .values(revoked_at=utcnow())
+        )
         audit.record(s, audit.PasswordChanged(actor=actor.username, username=username))
 
 
@@ -194,39 +206,131 @@ def get_user(catalog: Catalog, username: str) -> User:
         NotFound: No such user.
     """
     with catalog.session() as s:
-        return _to_user(_user_row(s, username))
+        return user_from_row(_user_row(s, username))
 
 
 def list_users(catalog: Catalog) -> list[User]:
     with catalog.session() as s:
-        return [_to_user(r) for r in s.scalars(select(UserRow).order_by(UserRow.username))]
+        return [user_from_row(r) for r in s.scalars(select(UserRow).order_by(UserRow.username))]
 
 
-def authenticate(catalog: Catalog, username: str, password: str) -> User:
+def authenticate(catalog: Catalog, username: str, password: str, *, client: str | None = None) -> User:
     """Check a local password and return the user.
 
+    Failures are counted per typed username and per client. From the fifth failure on,
+    either counter blocks further attempts for ``30 s * 2**(failures - 5)`` (at most 15
+    minutes), without even checking the password; counters are forgotten after an hour
+    without failures, and a successful sign-in clears the username's. Unknown usernames
+    are counted, checked against a dummy hash and refused exactly like known ones.
+
+    Args:
+        catalog: The catalog holding the accounts.
+        username: What the user typed.
+        password: What the user typed.
+        client: The client's address (the browser's IP), or None when it is not known.
+
     Raises:
-        AuthenticationFailed: Unknown user, wrong password or disabled account; the message
-            is the same for all three so it does not reveal which usernames exist.
+        AuthenticationFailed: Unknown user, wrong password, disabled account, or too many
+            failures; the message never reveals which usernames exist.
     """
-    failure = AuthenticationFailed("invalid username or password")
+    for attempt in (1, 2):
+        try:
+            user, wait = _sign_in_once(catalog, username, password, client)
+            break
+        except IntegrityError:
+            # Two first failures for one key at once both insert its counter; the retry finds it.
+            if attempt == 2:
+                raise
+    if user is not None:
+        return user
+    if wait:
+        raise AuthenticationFailed(f"too many failed sign-ins; wait {_spell_seconds(wait)} and try again")
+    raise AuthenticationFailed("invalid username or password")
+
+
+def _sign_in_once(catalog: Catalog, username: str, password: str, client: str | None) -> tuple[User | None, float]:
+    """One attempt in one transaction: the user, or None and the seconds still blocked (0: a plain failure)."""
+    now = utcnow()
+    keys = _throttle_keys(username, client)
+    who = str(username)[:63] or "?"
     with catalog.session() as s:
+        wait = _blocked_for(s, keys, now)
+        if wait:
+            audit.record(s, audit.SignInFailed(actor=who, reason="throttled", client=client or ""))
+            return None, wait
         row = s.scalar(select(UserRow).where(UserRow.username == username))
-        ok = False
-        if row is not None and row.password_hash and not row.disabled:
-            try:
-                ok = _hasher.verify(row.password_hash, password)
-            except (VerifyMismatchError, VerificationError, InvalidHashError):
-                ok = False
-        if not ok or row is None:
-            audit.record(s, audit.SignInFailed(actor=str(username)[:63] or "?"))
-        else:
+        if _password_matches(row, password) and row is not None:
             if _hasher.check_needs_rehash(row.password_hash or ""):
                 row.password_hash = hash_password(password)
-            row.last_login_at = utcnow()
+            row.last_login_at = now
+            s.execute(delete(SignInFailureRow).where(*_is_key(*keys[0])))
             audit.record(s, audit.SignedIn(actor=row.username))
-            return _to_user(row)
-    raise failure
+            return user_from_row(row), 0.0
+        for kind, key in keys:
+            _count_failure(s, kind, key, now)
+        audit.record(s, audit.SignInFailed(actor=who, client=client or ""))
+        return None, 0.0
+
+
+# Throttling: failures are counted per typed username and per client, in the catalog, so the
+# counts survive restarts and hold across every app process that shares the catalog.
+THROTTLE_AFTER = 5
+THROTTLE_BASE = timedelta(seconds=30)
+THROTTLE_MAX = timedelta(minutes=15)
+THROTTLE_FORGET = timedelta(hours=1)
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return _hasher.hash(secrets.token_urlsafe(16))
+
+
+def _password_matches(row: UserRow | None, password: str) -> bool:
+    """Verify ``password``; an unknown, disabled or password-less account costs the same argon2 work."""
+    usable = row is not None and bool(row.password_hash) and not row.disabled
+    stored = row.password_hash if usable and row is not None and row.password_hash else _dummy_hash()
+    try:
+        return _hasher.verify(stored, password) and usable
+    except (VerifyMismatchError, VerificationError, InvalidHashError):
+        return False
+
+
+def _throttle_keys(username: str, client: str | None) -> list[tuple[str, str]]:
+    return [("user", str(username).strip().lower()[:200]), ("client", (client or "unknown")[:200])]
+
+
+def _is_key(kind: str, key: str) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    return SignInFailureRow.kind == kind, SignInFailureRow.key == key
+
+
+def _blocked_for(s: Session, keys: list[tuple[str, str]], now: datetime) -> float:
+    """Seconds until every counter in ``keys`` allows another attempt (0: allowed now)."""
+    wait = 0.0
+    for kind, key in keys:
+        row = s.get(SignInFailureRow, (kind, key))
+        if row is not None and row.blocked_until is not None and row.blocked_until > now:
+            wait = max(wait, (row.blocked_until - now).total_seconds())
+    return wait
+
+
+def _count_failure(s: Session, kind: str, key: str, now: datetime) -> None:
+    row = s.get(SignInFailureRow, (kind, key), with_for_update=True)
+    if row is None:
+        row = SignInFailureRow(kind=kind, key=key, failures=0, last_failure_at=now)
+        s.add(row)
+    elif now - row.last_failure_at > THROTTLE_FORGET:
+        row.failures = 0
+    row.failures += 1
+    row.last_failure_at = now
+    if row.failures >= THROTTLE_AFTER:
+        row.blocked_until = now + min(THROTTLE_BASE * 2 ** (row.failures - THROTTLE_AFTER), THROTTLE_MAX)
+
+
+def _spell_seconds(seconds: float) -> str:
+    whole = max(1, math.ceil(seconds))
+    if whole < 120:
+        return f"{whole} seconds" if whole != 1 else "1 second"
+    return f"{math.ceil(whole / 60)} minutes"
 
 
 def _username_from_email(s: Session, email: str) -> str:
@@ -311,7 +415,7 @@ def sign_in_oidc(
             _raise_membership(s, project_id, row, role, actor=row.username, source="oidc-group")
         row.last_login_at = utcnow()
         audit.record(s, audit.SignedIn(actor=row.username, method="oidc"))
-        return _to_user(row)
+        return user_from_row(row)
 
 
 def _raise_membership(s: Session, project_id: str, user: UserRow, role: Role, *, actor: str, source: str) -> None:

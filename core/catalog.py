@@ -29,11 +29,13 @@ from sqlalchemy import (
     event,
 )
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 from sqlalchemy.types import TypeDecorator
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from core.config import get_settings
-from core.errors import EngineError
+from core.errors import CatalogUnavailable, EngineError
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -155,6 +157,34 @@ class CommentRow(Base):
     body: Mapped[str] = mapped_column(Text)
 
 
+class WebSessionRow(Base):
+    """A browser sign-in (core.web_sessions); the cookie's token is kept only as its SHA-256."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    method: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    client: Mapped[str] = mapped_column(String(200), default="")
+
+
+class SignInFailureRow(Base):
+    """Failed sign-ins counted per typed username (``kind='user'``) or per client address."""
+
+    __tablename__ = "sign_in_failures"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    last_failure_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    blocked_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 class AuditEventRow(Base):
     __tablename__ = "audit_events"
 
@@ -184,13 +214,27 @@ class Catalog:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A unit of work: committed on success, rolled back on any error."""
+        """A unit of work: committed on success, rolled back on any error.
+
+        The connection is taken first, retried briefly, so a database that is restarting
+        is waited for; one that stays unreachable (or drops the connection mid-way) raises
+        ``CatalogUnavailable`` and nothing of the unit of work is kept.
+        """
         with self._sessions() as s:
             try:
+                _connect(s)
                 yield s
                 s.commit()
+            except DBAPIError as exc:
+                _rollback_quietly(s)
+                if isinstance(exc, OperationalError | InterfaceError) or exc.connection_invalidated:
+                    raise CatalogUnavailable(
+                        f"the catalog at {_redact(self.url)} is unavailable: {_first_line(exc.orig or exc)}",
+                        hint="nothing was saved; try again once it is back",
+                    ) from exc
+                raise
             except BaseException:
-                s.rollback()
+                _rollback_quietly(s)
                 raise
 
     def upgrade(self) -> None:
@@ -204,6 +248,34 @@ class Catalog:
         with self.engine.begin() as connection:
             cfg.attributes["connection"] = connection
             command.upgrade(cfg, "head")
+
+
+# A catalog restart (PostgreSQL stopping and starting) takes a few seconds; taking the
+# connection is retried that long before the caller is told the catalog is unreachable.
+CONNECT_ATTEMPTS = 4
+
+
+def _connect(s: Session) -> None:
+    for attempt in Retrying(
+        retry=retry_if_exception_type(OperationalError),
+        stop=stop_after_attempt(CONNECT_ATTEMPTS),
+        wait=wait_random_exponential(multiplier=0.25, max=2),
+        reraise=True,
+    ):
+        with attempt:
+            s.connection()
+
+
+def _rollback_quietly(s: Session) -> None:
+    try:
+        s.rollback()
+    except DBAPIError:
+        pass  # the connection is gone; the database discards the transaction itself
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _make_engine(url: str) -> Engine:
@@ -243,6 +315,11 @@ def open_catalog(url: str | None = None) -> Catalog:
                 # A bad URL fails already here (unknown dialect, unusable SQLite folder).
                 catalog = Catalog(url)
                 catalog.upgrade()
+            except OperationalError as exc:
+                raise CatalogUnavailable(
+                    f"could not open the catalog at {_redact(url)}: it is unavailable: {_first_line(exc.orig or exc)}",
+                    hint="try again once it is back",
+                ) from exc
             except Exception as exc:
                 raise EngineError(f"could not open the catalog at {_redact(url)}: {exc}") from exc
             _catalogs[url] = catalog

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from core import audit, diff, engine, reads, sessions, validation
+from core import audit, diff, disk, engine, reads, sessions, validation
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
@@ -185,6 +185,8 @@ def save_staging(staging: Path, sql: str, commit: engine.CommitInfo, *, views: l
             spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(str(staging))
     except Exception as exc:
         shutil.rmtree(staging, ignore_errors=True)
+        if disk.is_out_of_space(exc):
+            raise disk.out_of_space("the staging table", staging) from exc
         raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
     finally:
         for name in views:

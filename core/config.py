@@ -50,6 +50,8 @@ class Settings:
     spark_shuffle_partitions: int = 4
     spark_driver_memory: str = "2g"
     session_ttl_hours: int = 72
+    web_session_idle_hours: int = 12
+    web_session_max_days: int = 7
     import_ttl_hours: int = 24
     restore_window_days: int = 90
     small_file_mb: int = 32
@@ -73,6 +75,8 @@ class Settings:
             spark_shuffle_partitions=_int("OREO_SPARK_SHUFFLE_PARTITIONS", 4),
             spark_driver_memory=os.environ.get("OREO_SPARK_DRIVER_MEMORY") or "2g",
             session_ttl_hours=_int("OREO_SESSION_TTL_HOURS", 72),
+            web_session_idle_hours=_int("OREO_SESSION_IDLE_HOURS", 12),
+            web_session_max_days=_int("OREO_SESSION_MAX_DAYS", 7),
             import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
             small_file_mb=_int("OREO_SMALL_FILE_MB", 32),

@@ -10,7 +10,12 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import shutil
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,12 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import or_, select, update
 
-from core import audit, engine, reads, validation
+from core import audit, damage, engine, reads, validation
 from core.auth import SYSTEM, Role, User, memberships, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow, utcnow
 from core.config import get_settings
 from core.errors import AlreadyExists, EngineError, InvalidInput, NotFound, OreoError, ValidationFailed
-from core.ingest import RESERVED_COLUMNS, file_kind, read_table_file
+from core.filters import Condition
+from core.ingest import RESERVED_COLUMNS, file_kind, parse_table, read_input_file
 from core.layout import DatasetLayout, dataset_layout, new_id, validate_id
 
 ROW_ID = "row_id"
@@ -66,15 +72,75 @@ def layout_for(project_id: str, dataset_id: str) -> DatasetLayout:
     return dataset_layout(get_settings().data_root, project_id, dataset_id)
 
 
+# ---------------------------------------------------------------- row ids and the stable order
+
+# A keyless dataset keeps the order rows were added in its row_ids: each is a UUIDv7
+# (RFC 9562), whose text sorts by creation time. Within one millisecond a 42-bit counter
+# (RFC 9562 6.2, method 1: rand_a and the top 30 bits of rand_b) keeps rows made in one
+# call, and calls in one process, in order; the counter starts at a random point in its
+# lower half and the last 32 bits are random, so two processes rarely collide.
+_COUNTER_BITS = 42
+_id_lock = threading.Lock()
+_last_ms = 0
+_next_counter = 0
+
+
+def time_ordered_ids(count: int) -> list[str]:
+    """``count`` fresh UUIDv7 texts, each sorting after every id made before it in this process."""
+    global _last_ms, _next_counter
+    with _id_lock:
+        now = time.time_ns() // 1_000_000
+        if now > _last_ms or _next_counter + count >= 1 << _COUNTER_BITS:
+            _last_ms = max(now, _last_ms + 1) if now <= _last_ms else now
+            _next_counter = secrets.randbits(_COUNTER_BITS - 1)
+        ms, first = _last_ms, _next_counter
+        _next_counter += count
+    tail = secrets.randbits(32)
+    ids: list[str] = []
+    for counter in range(first, first + count):
+        value = (ms << 80) | (7 << 76) | ((counter >> 30) << 64) | (2 << 62) | ((counter & 0x3FFFFFFF) << 32) | tail
+        h = f"{value:032x}"
+        ids.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return ids
+
+
+def time_ordered_id_sql() -> str:
+    """A Spark SQL expression giving each row of one query a fresh UUIDv7 text, in scan order.
+
+    The millisecond is this call's; the 62 bits after it hold
+    ``monotonically_increasing_id()`` (ordered by partition, then by row in it), so the
+    rows of one file keep their order and sort after every row added before.
+    """
+    ms = max(time.time_ns() // 1_000_000, _last_ms + 1)
+    ts = f"{ms:012x}"
+    seq = "monotonically_increasing_id()"
+    rand_a = f"lpad(lower(hex(shiftright({seq}, 50))), 3, '0')"
+    variant = f"lower(hex(8 | (shiftright({seq}, 48) & 3)))"
+    rest = f"lpad(lower(hex(shiftleft({seq} & {(1 << 48) - 1}, 12) | {secrets.randbits(12)})), 15, '0')"
+    return (
+        f"concat('{ts[:8]}-{ts[8:]}-7', {rand_a}, '-', {variant}, substr({rest}, 1, 3), '-', substr({rest}, 4, 12))"
+    )
+
+
+def stable_order(info: DatasetInfo) -> list[str]:
+    """The columns a dataset's rows are shown in when no sort is chosen: its key, else ``row_id``.
+
+    ``row_id`` is a UUIDv7 for rows added to a keyless dataset, so this is the order they
+    were added (older datasets' random UUIDs just sort by ``row_id``). A merge rewrites
+    rows into new files but never changes this order.
+    """
+    return [info.key_column] if info.key_column and info.key_column != ROW_ID else [ROW_ID]
+
+
 def row_ids_for(table: pa.Table, key: str | None) -> pa.Array:
-    """``row_id`` values for ``table``: the key column as strings, or fresh UUIDs.
+    """``row_id`` values for ``table``: the key column as strings, or fresh time-ordered UUIDs.
 
     Raises:
         InvalidInput: ``key`` is not a column.
         ValidationFailed: The key has NULLs or duplicates; the message lists the first ones.
     """
     if key is None:
-        return pa.array([str(uuid.uuid4()) for _ in range(table.num_rows)], type=pa.string())
+        return pa.array(time_ordered_ids(table.num_rows), type=pa.string())
     if key not in table.column_names:
         raise InvalidInput(
             f"key column {key!r} is not in the file; columns are: {', '.join(table.column_names)}", field="key"
@@ -160,9 +226,13 @@ def create_dataset(
             ident=dataset_id,
         )
     settings = get_settings()
-    table = with_row_ids(read_table_file(file, sheet=sheet, max_bytes=settings.max_upload_mb * 1024 * 1024), key)
+    # Read once, bounded; the bytes parsed are the bytes kept, so a file that grows after
+    # the read is never copied past the limit.
+    data = read_input_file(file, max_bytes=settings.max_upload_mb * 1024 * 1024)
+    table = with_row_ids(parse_table(data, file, sheet=sheet), key)
 
-    # The highest folder this call creates; removing it on failure leaves no trace.
+    # The highest folder this call creates: on failure the dataset's folder goes, then each
+    # parent up to this one while it is empty (``logs/`` the engine wrote meanwhile stays).
     created_top = layout.root
     while not created_top.parent.exists():
         created_top = created_top.parent
@@ -172,7 +242,7 @@ def create_dataset(
         upload_id = new_id("up")
         upload = layout.upload(upload_id)
         upload.mkdir(parents=True)
-        shutil.copyfile(file, upload / f"raw{file.suffix.lower()}")
+        (upload / f"raw{file.suffix.lower()}").write_bytes(data)
         converted = upload / "converted.parquet"
         pq.write_table(table, converted)
         _write_main(layout, converted, commit)
@@ -195,12 +265,30 @@ def create_dataset(
             )
         return info
     except BaseException:
-        shutil.rmtree(created_top, ignore_errors=True)
+        _remove_created(layout.root, created_top)
         with catalog.session() as s:
             row = s.get(DatasetRow, (project_id, dataset_id))
             if row is not None:
                 s.delete(row)
         raise
+
+
+def _remove_created(root: Path, created_top: Path) -> None:
+    """Remove a failed create's dataset folder, then its parents up to ``created_top`` while empty.
+
+    Only what the create made goes: a parent that now holds something else (Spark's and
+    Oreo's ``logs/`` under a data root made by this create, another dataset created
+    meanwhile) stays.
+    """
+    shutil.rmtree(root, ignore_errors=True)
+    folder = root.parent
+    while folder.is_relative_to(created_top):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty, or already gone
+            if folder.exists():
+                return
+        folder = folder.parent
 
 
 def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInfo) -> None:
@@ -301,7 +389,12 @@ def list_datasets(catalog: Catalog, *, actor: User, project_id: str | None = Non
 
 
 def dataset_columns(info: DatasetInfo, version: int | None = None) -> list[reads.Column]:
-    """Columns of the main table at ``version`` (default: the catalog's version)."""
+    """Columns of the main table at ``version`` (default: the catalog's version).
+
+    Raises:
+        TableDamaged: The table's log or current files are damaged (the message names the file).
+    """
+    damage.raise_if_damaged(Path(info.path), f"{info.project_id}/{info.dataset_id}")
     return reads.table_schema(Path(info.path), version if version is not None else info.version)
 
 
@@ -313,6 +406,7 @@ def dataset_rows(
     actor: User,
     version: int | None = None,
     filters: list[reads.RowFilter] | None = None,
+    conditions: list[Condition] | None = None,
     order_by: str | None = None,
     descending: bool = False,
     limit: int = 50,
@@ -322,7 +416,9 @@ def dataset_rows(
 
     Without ``version`` it reads the version the catalog last synced, so the page, the
     schema and the total all describe one snapshot, and an unfiltered total comes from
-    the catalog's row count instead of a second scan.
+    the catalog's row count instead of a second scan. Rows are in the dataset's
+    ``stable_order`` unless ``order_by`` sorts the whole table (the stable order then
+    breaks ties); ``conditions`` are ``core.filters`` conditions, ANDed.
     """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     if version is not None and (version < 0 or (info.version is not None and version > info.version)):
@@ -335,8 +431,10 @@ def dataset_rows(
         Path(info.path),
         version=snapshot,
         filters=filters,
+        conditions=conditions,
         order_by=order_by,
         descending=descending,
+        default_order=stable_order(info),
         limit=limit,
         offset=offset,
         known_total=info.rows if snapshot == info.version else None,
@@ -392,3 +490,69 @@ def set_dataset_rules(
             ),
         )
     return suite
+
+
+# ---------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """Per-dataset switches, kept in ``audit/settings.json`` beside the rules.
+
+    ``allow_non_finite``: edits, added rows and imports may put NaN, Infinity and
+    -Infinity into floating-point columns. Off by default: such a value is refused.
+    """
+
+    allow_non_finite: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"allow_non_finite": self.allow_non_finite}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingsChanged(audit.AuditEvent):
+    name = "dataset_settings_changed"
+    settings: dict[str, Any]
+
+
+def _settings_path(layout: DatasetLayout) -> Path:
+    return layout.audit / "settings.json"
+
+
+def dataset_settings(project_id: str, dataset_id: str) -> DatasetSettings:
+    """A dataset's settings (the defaults when never set)."""
+    path = _settings_path(layout_for(project_id, dataset_id))
+    if not path.is_file():
+        return DatasetSettings()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return DatasetSettings(allow_non_finite=bool(data.get("allow_non_finite", False)))
+
+
+def set_dataset_settings(
+    catalog: Catalog, project_id: str, dataset_id: str, *, actor: User, allow_non_finite: bool | None = None
+) -> DatasetSettings:
+    """Change a dataset's settings (admins); options left None keep their value.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        NotFound: Unknown dataset.
+    """
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change dataset settings")
+    current = dataset_settings(project_id, dataset_id)
+    settings = DatasetSettings(
+        allow_non_finite=current.allow_non_finite if allow_non_finite is None else allow_non_finite
+    )
+    path = _settings_path(layout_for(project_id, dataset_id))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.tmp")
+    partial.write_text(json.dumps(settings.to_json(), indent=2), encoding="utf-8")
+    os.replace(partial, path)  # readers see the old file or the new one, never half of it
+    with catalog.session() as s:
+        audit.record(
+            s,
+            SettingsChanged(
+                actor=actor.username, project_id=project_id, dataset_id=dataset_id, settings=settings.to_json()
+            ),
+        )
+    return settings

@@ -12,6 +12,9 @@ Commits carry ``userMetadata`` (JSON: actor, action, commit_id and, later, cr_id
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core import logs
 from core.config import get_settings
 from core.errors import EngineError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -63,8 +69,6 @@ def _build_session() -> SparkSession:
     if settings.spark_remote:
         return SparkSession.builder.remote(settings.spark_remote).getOrCreate()
 
-    from delta import configure_spark_with_delta_pip
-
     builder = (
         SparkSession.builder.appName("oreo")
         .master(settings.spark_master)
@@ -85,13 +89,77 @@ def _build_session() -> SparkSession:
         # Stale-snapshot reads would let two approvals race on an old table state.
         .config("spark.databricks.delta.stalenessLimit", "0")
     )
-    session = configure_spark_with_delta_pip(builder).getOrCreate()
+    session = with_delta_jars(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
 
 
+# ---------------------------------------------------------------- the Delta jars, resolved once
+
+JARS_MANIFEST = "manifest.json"
+
+
+def with_delta_jars(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """``builder`` with the Delta jars: the files ``make jars`` resolved, else Ivy coordinates.
+
+    With the files the start makes no network request; without them Spark resolves
+    the jars with Ivy on every start, which needs Maven Central (or a warm
+    ``~/.ivy2.5.2``) and seconds each time, so that fallback is logged.
+    """
+    jars = offline_jars()
+    if jars is not None:
+        return builder.config("spark.jars", ",".join(str(p) for p in jars))
+    from delta import configure_spark_with_delta_pip
+
+    logger.warning(
+        "no complete Delta jar folder at %s; resolving %s with Ivy (run `make jars` to start offline)",
+        jars_dir(),
+        delta_packages(),
+    )
+    return configure_spark_with_delta_pip(builder)
+
+
+def jars_dir() -> Path:
+    """Where ``make jars`` keeps the resolved Delta jar files: ``<venv>/oreo-jars``.
+
+    ``OREO_JARS_DIR`` overrides it (tests, and images without a venv).
+    """
+    return Path(os.environ.get("OREO_JARS_DIR") or Path(sys.prefix) / "oreo-jars")
+
+
+def delta_packages() -> str:
+    """The Maven coordinates of the Delta jars the installed delta-spark needs."""
+    from delta import configure_spark_with_delta_pip
+    from pyspark.sql import SparkSession
+
+    return str(configure_spark_with_delta_pip(SparkSession.Builder())._options["spark.jars.packages"])
+
+
+def offline_jars(folder: Path | None = None) -> list[Path] | None:
+    """The jar files in ``folder`` (default ``jars_dir()``), or None unless they are complete.
+
+    Complete means the manifest written by ``scripts/fetch_jars.py`` names the
+    coordinates the installed delta-spark needs, and every file it lists is there at
+    its recorded size.
+    """
+    folder = jars_dir() if folder is None else folder
+    try:
+        manifest = json.loads((folder / JARS_MANIFEST).read_text())
+        if manifest["packages"] != delta_packages():
+            return None
+        jars = [(folder / str(j["name"]), int(j["size"])) for j in manifest["jars"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not jars or any(not p.is_file() or p.stat().st_size != size for p, size in jars):
+        return None
+    return [p for p, _ in jars]
+
+
 def get_spark() -> SparkSession:
     """The shared Spark session of this process, started on first use.
+
+    The JVM's output (banners, log4j) goes to ``<data root>/logs/spark.log``; when the
+    start fails, the error carries that log's last lines as a note.
 
     Raises:
         EngineError: Spark could not start (no Java, jars unresolvable, remote unreachable).
@@ -101,33 +169,49 @@ def get_spark() -> SparkSession:
         return _spark
     with _lock:
         if _spark is None:
+            logged_before = logs.size(logs.spark_log())
             try:
-                with _jvm_output_to_stderr():
+                with _jvm_output_to_log():
                     _spark = _build_session()
             except Exception as exc:  # JVM/gateway/gRPC failures have no common base class
-                raise EngineError(f"could not start Spark: {exc}") from exc
+                text = str(exc).strip()
+                error = EngineError(f"could not start Spark: {text.splitlines()[0] if text else type(exc).__name__}")
+                # The JVM says why in its log; keep its last lines with the error, because a
+                # failed first `dataset create` removes the data root it made, logs/ included.
+                tail = logs.tail(logs.spark_log(), since=logged_before)
+                if tail:
+                    error.add_note(f"last lines of {logs.spark_log()}:\n{tail}")
+                raise error from exc
     return _spark
 
 
 @contextmanager
-def _jvm_output_to_stderr() -> Iterator[None]:
-    """Point fd 1 at stderr while the JVM starts, so it inherits that for good.
+def _jvm_output_to_log() -> Iterator[None]:
+    """Point fds 1 and 2 at ``spark.log`` while the JVM starts, so it inherits that for good.
 
-    Ivy's dependency report and JVM logging would otherwise land on stdout, where
-    ``oreo --json`` promises exactly one JSON document.
+    Ivy's report, Spark's banners and log4j would otherwise land on stdout, where
+    ``oreo --json`` promises one JSON document, and on stderr, which cron appends to
+    the log it reads with ``jq``. When the log cannot be opened, the JVM gets stderr.
     """
-    import os
-    import sys
-
     sys.stdout.flush()
-    saved = os.dup(1)
+    sys.stderr.flush()
     try:
-        os.dup2(2, 1)
+        target = logs.open_spark_log()
+    except OSError:
+        logger.warning("cannot write %s; the JVM's output goes to stderr", logs.spark_log(), exc_info=True)
+        target = os.dup(2)
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)
 
 
 def stop_spark() -> None:

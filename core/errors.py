@@ -14,6 +14,9 @@ one helper).
     ├── ValidationFailed            data breaks a rule (duplicate keys, GX critical)
     ├── ConflictError               the operation collides with another change/state
     └── EngineError                 Spark, Delta or DuckDB failed underneath us
+        ├── CatalogUnavailable      the catalog database cannot be reached (down, restarting)
+        ├── OutOfSpace              the data volume is full; nothing was left half-written
+        └── TableDamaged            a Delta table's log or data files are missing or corrupt
 """
 
 from __future__ import annotations
@@ -95,3 +98,23 @@ class ConflictError(OreoError):
 
 class EngineError(OreoError):
     """Spark, Delta or DuckDB failed in a way the user cannot fix by changing input."""
+
+
+class CatalogUnavailable(EngineError):
+    """The catalog database cannot be reached (down or restarting); retry once it is back."""
+
+
+class OutOfSpace(EngineError):
+    """A write ran out of disk space; what it had written is removed. Free space and retry."""
+
+    def __init__(self, message: str, *, path: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
+class TableDamaged(EngineError):
+    """A Delta table's log or data files are missing or corrupt; ``path`` names the damaged file."""
+
+    def __init__(self, message: str, *, path: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path

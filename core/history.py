@@ -38,15 +38,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlparse
 
 from sqlalchemy import select
 
-from core import audit, diff, engine, merge, reads
+from core import audit, damage, diff, disk, engine, merge, reads
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
-from core.datasets import get_dataset, layout_for, sync_dataset
-from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError
+from core.datasets import get_dataset, layout_for, stable_order, sync_dataset
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, TableDamaged
 from core.writer import writing
 
 RESTORE_ACTION = "restore"
@@ -62,7 +61,6 @@ _ROW_METRICS: dict[str, tuple[str, ...]] = {
     "rows_deleted": ("numTargetRowsDeleted", "numDeletedRows"),
 }
 _INSERTING_OPERATIONS = frozenset({"WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "STREAMING UPDATE"})
-_Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 
 
 @dataclass(frozen=True)
@@ -150,42 +148,15 @@ class _Commit:
 class _Log:
     """What one pass over a table's ``_delta_log`` found."""
 
+    table: Path
     latest: int
     commits: dict[int, _Commit]  # versions whose JSON commit exists
     reasons: dict[int, str | None]  # version -> why it cannot be read (None: it can)
     exists: Callable[[str], bool]
 
 
-def _decode_z85(text: str) -> bytes:
-    out = bytearray()
-    for i in range(0, len(text), 5):
-        value = 0
-        for char in text[i : i + 5]:
-            value = value * 85 + _Z85.index(char)
-        out += value.to_bytes(4, "big")
-    return bytes(out)
-
-
-def _file_path(table: str, path: str) -> str:
-    """A log action's path (relative and URL-encoded, or an absolute URI) as a local path."""
-    if "://" in path or path.startswith("file:"):
-        return unquote(urlparse(path).path)
-    # Plain string joins: this runs for every action of every commit.
-    return f"{table}/{unquote(path) if '%' in path else path}"
-
-
-def _dv_path(table: str, dv: dict[str, Any] | None) -> str | None:
-    """The deletion-vector file an action refers to; None when inline or absent (Delta protocol)."""
-    if not dv:
-        return None
-    kind, where = dv.get("storageType"), str(dv.get("pathOrInlineDv") or "")
-    if kind == "u":
-        prefix, encoded = where[:-20], where[-20:]
-        name = f"deletion_vector_{uuid.UUID(bytes=_decode_z85(encoded))}.bin"
-        return os.path.join(table, prefix, name) if prefix else os.path.join(table, name)
-    if kind == "p":
-        return _file_path(table, where)
-    return None
+_file_path = damage.action_path
+_dv_path = damage.deletion_vector_path
 
 
 def _file_key(action: dict[str, Any]) -> tuple[str, str]:
@@ -317,14 +288,20 @@ def _read_log(table: Path) -> _Log:
             reasons[version] = VACUUMED
         else:
             reasons[version] = None
-    return _Log(latest=latest, commits=commits, reasons=reasons, exists=exists)
+    return _Log(table=table, latest=latest, commits=commits, reasons=reasons, exists=exists)
 
 
 def _json_actions(path: str) -> Iterator[dict[str, Any]]:
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
-                yield json.loads(line)
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    table = Path(path).parent.parent
+                    raise damage.find_damage(table) or TableDamaged(
+                        f"{path} is not valid JSON: {exc.msg}", path=path
+                    ) from exc
 
 
 def _commit(table: str, version: int, actions: list[dict[str, Any]], cdf: bool | None) -> _Commit:
@@ -453,6 +430,8 @@ def table_history(
     _check_paging(limit, offset)
     get_dataset(catalog, project_id, dataset_id, actor=actor)
     log = _read_log(layout_for(project_id, dataset_id).main)
+    if log.reasons.get(log.latest) == VACUUMED:
+        _raise_damage(log)
     newest = sorted(log.commits, reverse=True)
     shown = newest[int(offset) :] if limit is None else newest[int(offset) : int(offset) + int(limit)]
     cr_ids = {
@@ -471,11 +450,19 @@ def table_history(
 # ---------------------------------------------------------------- reading a version
 
 
+def _raise_damage(log: _Log) -> None:
+    """The current version's files are gone (VACUUM never removes those): name what is missing."""
+    damage.raise_if_damaged(log.table)
+    raise TableDamaged(f"a file of the current version of {log.table} is missing", path=str(log.table))
+
+
 def _readable(log: _Log, name: str, version: int) -> int:
     """``version``, if a snapshot of it can be read; else a one-line NotFound."""
     if not 0 <= version <= log.latest:
         raise _no_such_version(log, name, version)
     reason = log.reasons.get(version, LOG_CLEANED)
+    if version == log.latest and reason == VACUUMED:
+        _raise_damage(log)
     if reason is not None:
         raise NotFound(
             f"version {version} of {name} cannot be read: {_with_vacuum_date(log, version, reason)}",
@@ -505,7 +492,7 @@ def preview_version(
         PermissionDenied: ``actor`` is not a member of the project.
         InvalidInput: Unknown column, bad limit or offset.
     """
-    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     main = layout_for(project_id, dataset_id).main
     _readable(_read_log(main), f"{project_id}/{dataset_id}", int(version))
     return reads.read_page(
@@ -514,6 +501,7 @@ def preview_version(
         filters=filters,
         order_by=order_by,
         descending=descending,
+        default_order=stable_order(info),
         limit=limit,
         offset=offset,
     )
@@ -762,6 +750,8 @@ def export_version(
         os.replace(temporary, out)
     except Exception as exc:  # duckdb.Error and OSError
         temporary.unlink(missing_ok=True)
+        if disk.is_out_of_space(exc):
+            raise disk.out_of_space(f"the export of {project_id}/{dataset_id}", out) from exc
         raise EngineError(f"could not export {project_id}/{dataset_id} to {out}: {str(exc).splitlines()[0]}") from exc
     except BaseException:
         temporary.unlink(missing_ok=True)

@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,11 +52,20 @@ from core.auth import Role, User, require_role
 from core.catalog import Catalog, utcnow
 from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request, save_staging
 from core.config import get_settings
-from core.datasets import ROW_ID, DatasetInfo, get_dataset, layout_for, row_ids_for
+from core.datasets import (
+    ROW_ID,
+    DatasetInfo,
+    dataset_settings,
+    get_dataset,
+    layout_for,
+    row_ids_for,
+    time_ordered_id_sql,
+)
 from core.errors import EngineError, InvalidFile, InvalidInput, NotFound, PermissionDenied, ValidationFailed
-from core.ingest import csv_header, file_kind, read_table_file
+from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
 from core.layout import new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
+from core.values import check_value
 
 Mode = Literal["append", "upsert"]
 MODES: tuple[Mode, ...] = ("append", "upsert")
@@ -158,12 +167,18 @@ def store_upload(
     kind = file_kind(file)
     settings = get_settings()
     report(0.05, f"Reading {file_name or file.name}")
-    table = read_table_file(
-        file,
-        sheet=sheet,
-        max_bytes=settings.max_upload_mb * 1024 * 1024,
-        csv_types=_csv_types(file, dataset) if kind == "csv" else None,
-    )
+    # Read once, bounded: the header, the decimals check and the kept copy all use these
+    # bytes, so a file that changes or grows after the read is never read again.
+    data = read_input_file(file, max_bytes=settings.max_upload_mb * 1024 * 1024)
+    csv_types = _csv_types(data, dataset) if kind == "csv" else {}
+    try:
+        table = parse_table(data, file, sheet=sheet, csv_types=csv_types)
+    except InvalidFile:
+        _refuse_csv_decimals(data, csv_types, file_name or file.name)
+        raise
+    if not _decimals_valid(table, csv_types):
+        _refuse_csv_decimals(data, csv_types, file_name or file.name)
+        raise InvalidFile(f"{file_name or file.name} has a decimal too long for its column", path=str(file))
     if table.num_rows == 0:
         raise InvalidFile(f"{file_name or file.name} has a header but no rows", path=str(file))
     layout = layout_for(project_id, dataset_id)
@@ -190,7 +205,7 @@ def store_upload(
     try:
         folder.mkdir(parents=True)
         report(0.5, "Keeping the original file")
-        shutil.copyfile(file, folder / f"raw{file.suffix.lower()}")
+        (folder / f"raw{file.suffix.lower()}").write_bytes(data)
         report(0.6, "Converting to Parquet")
         # Row groups of 128k rows let Spark read the file with every core.
         pq.write_table(table, upload.converted, row_group_size=_ROW_GROUP)
@@ -202,16 +217,61 @@ def store_upload(
     return upload
 
 
-def _csv_types(file: Path, dataset: DatasetInfo) -> dict[str, pa.DataType]:
-    """CSV columns to parse as the table's text or decimal type rather than infer."""
+def _csv_types(data: bytes, dataset: DatasetInfo) -> dict[str, pa.DataType]:
+    """CSV columns (of the file's bytes) to parse as the table's text or decimal type rather than infer."""
     columns = reads.table_schema(Path(dataset.path), dataset.version)
     table_types = {c.name.lower(): schema.from_duckdb(c.type) for c in columns}
     types: dict[str, pa.DataType] = {}
-    for name in csv_header(file):
+    for name in csv_header_of(data):
         arrow = schema.to_arrow(table_types.get(name.lower(), ""))
         if arrow is not None:
             types[name] = arrow
     return types
+
+
+def _decimals_valid(table: pa.Table, csv_types: dict[str, pa.DataType]) -> bool:
+    """False when pyarrow parsed a CSV decimal too long for its precision (it does not refuse those itself)."""
+    for name, t in csv_types.items():
+        if pa.types.is_decimal(t) and name in table.column_names:
+            try:
+                table.column(name).validate(full=True)
+            except pa.ArrowInvalid:
+                return False
+    return True
+
+
+def _refuse_csv_decimals(data: bytes, csv_types: dict[str, pa.DataType], file_name: str) -> None:
+    """Name the first CSV value a decimal column cannot hold exactly (pyarrow's error names neither row nor value).
+
+    ``data`` is the file as read once, bounded, by ``store_upload``; the file is not read again.
+    """
+    from pyarrow import csv
+
+    decimals = {name: t for name, t in csv_types.items() if pa.types.is_decimal(t)}
+    if not decimals:
+        return
+    try:
+        table = csv.read_csv(
+            pa.BufferReader(data),
+            parse_options=csv.ParseOptions(newlines_in_values=True),
+            convert_options=csv.ConvertOptions(
+                strings_can_be_null=True,
+                include_columns=list(decimals),
+                column_types=dict.fromkeys(decimals, pa.string()),
+            ),
+        )
+    except pa.ArrowInvalid:
+        return  # the file is broken some other way; the reader's own error says how
+    for name, t in decimals.items():
+        duck_type = f"DECIMAL({t.precision},{t.scale})"
+        for row, value in enumerate(table.column(name).to_pylist(), start=1):
+            try:
+                check_value(value, column=name, duck_type=duck_type)
+            except InvalidInput as exc:
+                why = str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
+                raise InvalidInput(
+                    f"{file_name} data row {row}, column {name!r}: {why}; nothing was imported", field=name
+                ) from exc
 
 
 def get_upload(catalog: Catalog, project_id: str, dataset_id: str, upload_id: str, *, actor: User) -> Upload:
@@ -280,6 +340,8 @@ def plan_import(
     if mode not in MODES:
         raise InvalidInput(f"unknown import mode {mode!r}; use append or upsert", field="mode")
     dataset, columns = compare_with_table(catalog, upload, actor=actor)
+    allow_non_finite = dataset_settings(upload.project_id, upload.dataset_id).allow_non_finite
+    columns = _check_values(upload, columns, allow_non_finite=allow_non_finite)
     schema.refuse_incompatible(columns, source=upload.file_name)
     file_names = {n.lower(): n for n, _ in upload.columns}
     dataset_key = dataset.key_column
@@ -363,6 +425,73 @@ def _check_keys(upload: Upload, column: str) -> None:
         row_ids_for(values, column)
     except ValidationFailed as exc:
         raise ValidationFailed(f"{upload.file_name}: {exc}", offending=exc.offending) from exc
+
+
+_FLOATS = ("float", "double")
+_WHOLE_LIMIT = {"double": 2**53, "float": 2**24}  # beyond these, not every integer has a float
+
+
+def _check_values(upload: Upload, columns: list[ColumnPlan], *, allow_non_finite: bool) -> list[ColumnPlan]:
+    """Refuse a file value its table column would not hold exactly; ``columns`` as they may go in.
+
+    Types alone are not enough: a whole-number column takes a file's floating column only
+    if every value is whole and in range (then it is a ``cast``), an integer goes into a
+    floating column only if that float holds it, and NaN and ±Infinity only where the
+    dataset allows them. The message names the data row, the column and the value.
+
+    Raises:
+        InvalidInput: The first value that would land altered.
+    """
+    checked = []
+    for c in columns:
+        if c.file_type in _FLOATS and c.table_type in schema.INTEGER_TYPES and c.status == "incompatible":
+            # ``check_value`` refuses whole numbers beyond the float's exact range too: the
+            # float the file was parsed into may already have rounded them.
+            limit = _WHOLE_LIMIT[c.file_type]
+            _refuse_first(upload, c, f"v IS NOT NULL AND (NOT isfinite(v) OR v <> trunc(v) OR abs(v) > {limit})")
+            c = ColumnPlan(c.name, "cast", c.file_type, c.table_type)
+        elif c.file_type in schema.INTEGER_TYPES and c.table_type in _FLOATS and c.status == "cast":
+            _refuse_first(upload, c, f"abs(CAST(v AS HUGEINT)) > {_WHOLE_LIMIT[str(c.table_type)]}")
+        if c.file_type in _FLOATS and c.status != "incompatible" and not allow_non_finite:
+            _refuse_first(upload, c, "NOT isfinite(v)", non_finite=True)
+        checked.append(c)
+    return checked
+
+
+def _refuse_first(upload: Upload, c: ColumnPlan, condition: str, *, non_finite: bool = False) -> None:
+    """Raise for the file's first value of ``c`` matching ``condition`` (over ``v``), if any."""
+    in_file = next(n for n, _ in upload.columns if n.lower() == c.name.lower())
+    found = (
+        reads.cursor()
+        .execute(
+            f"SELECT file_row_number, CAST(v AS VARCHAR) FROM (SELECT file_row_number, {reads.quote_ident(in_file)} "
+            f"AS v FROM read_parquet(?, file_row_number = true)) WHERE {condition} ORDER BY file_row_number LIMIT 1",
+            [str(upload.converted)],
+        )
+        .fetchone()
+    )
+    if found is None:
+        return
+    row, value = int(found[0]) + 1, str(found[1])
+    duck_type = "DOUBLE" if c.table_type == "double" else str(c.table_type).upper()
+    duck_type = {"INT": "INTEGER"}.get(duck_type, duck_type)
+    where = f"{upload.file_name} data row {row}, column {c.name!r}"
+    if non_finite:
+        raise InvalidInput(
+            f"{where}: {value} is not a finite number and NaN/Infinity are off for this dataset "
+            "(oreo dataset set --allow-non-finite true); nothing was imported",
+            field=c.name,
+        )
+    try:
+        check_value(value, column=c.name, duck_type=duck_type)
+    except InvalidInput as exc:
+        why = str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
+        raise InvalidInput(f"{where}: {why}; nothing was imported", field=c.name) from exc
+    raise InvalidInput(
+        f"{where}: {value} does not fit {c.table_type} exactly (the file's {c.file_type} may have rounded it); "
+        "nothing was imported",
+        field=c.name,
+    )
 
 
 def _refuse_existing_keys(upload: Upload, dataset: DatasetInfo, column: str) -> None:
@@ -515,7 +644,8 @@ def _write_staging(
     def value(c: ColumnPlan) -> str:
         return f"CAST(f.{q(in_file[c.name.lower()])} AS {c.final_type})"
 
-    new_id_sql = "uuid()" if dataset_key is None else f"CAST(f.{q(in_file[dataset_key.lower()])} AS STRING)"
+    fresh_id_sql = time_ordered_id_sql()  # rows added to a keyless dataset keep the file's order
+    new_id_sql = fresh_id_sql if dataset_key is None else f"CAST(f.{q(in_file[dataset_key.lower()])} AS STRING)"
     # An inserted row gives every column it carries: NULL says so without a list per row.
     inserted = "CAST(NULL AS ARRAY<STRING>)"
     if plan.mode == "append":
@@ -531,7 +661,7 @@ def _write_staging(
         if key == ROW_ID:
             on = f"m.row_id = CAST(f.{q(in_file[ROW_ID])} AS STRING)"
             if dataset_key is None:
-                new_id_sql = f"coalesce(CAST(f.{q(in_file[ROW_ID])} AS STRING), uuid())"
+                new_id_sql = f"coalesce(CAST(f.{q(in_file[ROW_ID])} AS STRING), {fresh_id_sql})"
         elif key == dataset_key:
             on = f"m.row_id = {new_id_sql}"
         else:
@@ -633,16 +763,19 @@ def import_file(
 
 
 @contextmanager
-def saved_upload(data: bytes, file_name: str) -> Iterator[Path]:
+def saved_upload(data: bytes | BinaryIO, file_name: str) -> Iterator[Path]:
     """An uploaded file's bytes as a private temporary file of the same name, removed after.
 
-    Keeping the name means the reader's messages name the file the user knows.
+    Keeping the name means the reader's messages name the file the user knows. A body
+    over ``OREO_MAX_UPLOAD_MB`` is refused before anything is written.
     """
-    name = Path(file_name).name or "upload"
+    name = Path(file_name).name
+    if name in ("", ".", ".."):
+        name = "upload"
     folder = Path(tempfile.mkdtemp(prefix="oreo-upload-"))
     try:
         path = folder / name
-        path.write_bytes(data)
+        save_upload(data, path, max_bytes=get_settings().max_upload_mb * 1024 * 1024)
         yield path
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -15,7 +15,11 @@ Approval runs, in order:
 
 Exactly once: before merging, the log is searched for a commit of this ``cr_id``, so a
 retry (after a crash between the commit and the catalog update, or a double click) only
-finishes the bookkeeping. The staging table is deleted only after the commit.
+finishes the bookkeeping. The staging table is deleted only after the commit. The same
+holds when the catalog is unreachable after the commit (``CatalogUnavailable``): approving
+again once it is back finishes the bookkeeping. An approval records ``approval_started``
+when it holds the writer lease; one that started but neither finished nor still runs (the
+server was killed) is reported by ``approval_state``, so the pages can say so.
 
 No unchecked overwrite: conflicts are checked right before every MERGE attempt, and the
 MERGE carries Delta's idempotent transaction id (``txnAppId = oreo-merge``,
@@ -30,16 +34,20 @@ fences them against a restore: Delta's ``RESTORE`` ignores transaction ids.
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from sqlalchemy import select
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from core import audit, engine, reads
+from core import audit, disk, engine, reads
 from core.auth import Role, User, require_role
-from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
+from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, DatasetRow, utcnow
 from core.change_requests import (
     CHANGED_COLUMN,
     OP_COLUMN,
@@ -53,7 +61,7 @@ from core.change_requests import (
     validate_change_request,
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
-from core.errors import ConflictError, EngineError, NotFound, PermissionDenied, ValidationFailed
+from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
 from core.writer import writing
 
 Progress = Callable[[float, str], None]
@@ -82,6 +90,19 @@ class ChangeRequestMerged(audit.AuditEvent):
     version: int
     commit_id: str
     validation_run_id: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalStarted(audit.AuditEvent):
+    """An approval took the table's writer lease and is about to MERGE; ``cr_merged`` ends it."""
+
+    name = "approval_started"
+    cr_id: str
+
+
+# Test hook: seconds an approval waits after ``approval_started``, before its MERGE, so a
+# browser test can kill the server mid-approval. Unset (0) everywhere but in that test.
+PAUSE_BEFORE_MERGE_ENV = "OREO_TEST_PAUSE_BEFORE_MERGE_S"
 
 
 def _retryable() -> tuple[type[BaseException], ...]:
@@ -347,15 +368,18 @@ def approve_change_request(
         report(0.5, "Merging into main")
         commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run.run_id)
         try:
-            with writing(catalog, record.project_id, record.dataset_id, what=f"the merge of {cr_id}"):
+            with writing(catalog, record.project_id, record.dataset_id, what=_lease_name(cr_id)):
+                _record_approval_started(catalog, record, actor)
                 _merge_with_retries(record, main, staging, commit)
-        except (ConflictError, ValidationFailed):
+        except OreoError:  # conflicts, failed checks, an unreachable catalog: already one clean line
             raise
         except _retryable() as exc:
             raise ConflictError(
                 f"change request {cr_id} kept colliding with concurrent commits ({type(exc).__name__}); try again"
             ) from exc
         except Exception as exc:
+            if disk.is_out_of_space(exc):
+                raise disk.out_of_space(f"the merge of {cr_id}", main) from exc
             raise EngineError(f"Spark could not merge {cr_id}: {str(exc).splitlines()[0]}") from exc
         landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
         if landed is None:
@@ -418,3 +442,76 @@ def _mark_merged(
             ),
         )
         return record_from_row(row)
+
+
+# ---------------------------------------------------------------- interrupted approvals
+
+
+def _lease_name(cr_id: str) -> str:
+    return f"the merge of {cr_id}"
+
+
+def _record_approval_started(catalog: Catalog, record: ChangeRequest, actor: User) -> None:
+    with catalog.session() as s:
+        audit.record(
+            s,
+            ApprovalStarted(
+                actor=actor.username, project_id=record.project_id, dataset_id=record.dataset_id, cr_id=record.id
+            ),
+        )
+    pause = float(os.environ.get(PAUSE_BEFORE_MERGE_ENV) or 0)
+    if pause > 0:
+        time.sleep(pause)
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """Where the last approval of an open change request stands.
+
+    ``interrupted``: it started (``approval_started``) but neither finished nor still runs;
+    ``landed``: its MERGE commit is ``version`` but the catalog was not updated yet.
+    Either way, approving again finishes it (never merging twice).
+    """
+
+    state: Literal["none", "running", "interrupted", "landed"]
+    version: int | None = None
+
+
+def approval_state(catalog: Catalog, cr_id: str, *, actor: User) -> ApprovalState:
+    """Whether an open request's approval was interrupted (a crash, a restart, the catalog down)."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.state != CRState.OPEN:
+        return ApprovalState("none")
+    main = layout_for(record.project_id, record.dataset_id).main
+    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+    if landed is not None:
+        return ApprovalState("landed", landed[0])
+    with catalog.session() as s:
+        events = s.scalars(
+            select(AuditEventRow).where(
+                AuditEventRow.name == ApprovalStarted.name,
+                AuditEventRow.project_id == record.project_id,
+                AuditEventRow.dataset_id == record.dataset_id,
+                AuditEventRow.ts >= record.created_at,
+            )
+        ).all()
+        if not any(e.details.get("cr_id") == cr_id for e in events):
+            return ApprovalState("none")
+        dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
+        holder, until = (dataset.writer, dataset.writer_until) if dataset is not None else (None, None)
+    if holder and holder.startswith(_lease_name(cr_id) + " by ") and until and until > utcnow() and _alive(holder):
+        return ApprovalState("running")
+    return ApprovalState("interrupted")
+
+
+def _alive(holder: str) -> bool:
+    """Whether a lease holder's process may still run: it runs on this host, or on another one."""
+    try:
+        host, pid = holder.rsplit(" by ", 1)[1].split(":")[:2]
+        if host == socket.gethostname():
+            os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, IndexError, PermissionError):
+        pass
+    return True

@@ -54,7 +54,7 @@ from core.auth import SYSTEM, Role, User, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow
 from core.config import get_settings
 from core.errors import AlreadyExists, EngineError, InvalidFile, InvalidInput, NotFound, OreoError
-from core.ingest import check_column_names, normalise_types
+from core.ingest import check_column_names, check_input_file, normalise_types
 from core.layout import validate_id
 
 if TYPE_CHECKING:
@@ -742,7 +742,7 @@ def _parquet_files(folder: Path) -> list[Path]:
     files = []
     for path in sorted(folder.rglob("*.parquet")):
         parts = path.relative_to(folder).parts
-        if any(p.startswith(("_", ".")) for p in parts) or not path.is_file():
+        if any(p.startswith(("_", ".")) for p in parts) or path.is_dir():
             continue
         if any("=" in p for p in parts[:-1]):
             raise InvalidInput(
@@ -754,7 +754,19 @@ def _parquet_files(folder: Path) -> list[Path]:
         files.append(path)
     if not files:
         raise InvalidInput(f"no *.parquet files under {folder}", field="directory")
+    _check_total_size(folder, sum(check_input_file(f) for f in files))
     return files
+
+
+def _check_total_size(folder: Path, size: int) -> None:
+    """Refuse a source over the dataset limit before reading it (Parquet in, Parquet out)."""
+    limit_mb = get_settings().max_upload_mb
+    if size > limit_mb * 2**20:
+        raise InvalidInput(
+            f"the Parquet files under {folder.name} are {size / 2**20:.1f} MB, over the {limit_mb} MB dataset limit",
+            field="directory",
+            hint=f"raise OREO_MAX_UPLOAD_MB for this run, e.g. OREO_MAX_UPLOAD_MB={int(size / 2**20 * 1.2) + 1}",
+        )
 
 
 def _common_schema(files: list[Path], folder: Path) -> pa.Schema:

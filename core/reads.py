@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 
+from core import damage
 from core.errors import EngineError, InvalidInput, NotFound
+from core.filters import Condition, check_conditions, condition_sql, where_sql
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,6 +125,10 @@ def _run(sql: str, params: list[Any], path: Path) -> duckdb.DuckDBPyConnection:
     try:
         return cursor().execute(sql, params)
     except duckdb.Error as exc:
+        # A missing data file or a cut commit reads as some engine error; name the damage instead.
+        damaged = damage.find_damage(Path(path))
+        if damaged is not None:
+            raise damaged from exc
         message = str(exc)
         lowered = message.lower()
         if "logsegment end version" in lowered or ("version" in lowered and "not found" in lowered):
@@ -202,32 +209,173 @@ def _where(filters: list[RowFilter], columns: dict[str, str]) -> tuple[str, list
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
+def _all_where(filters: list[RowFilter], conditions: list[Condition], columns: dict[str, str]) -> tuple[str, list[Any]]:
+    """One WHERE clause for the old ``RowFilter``s and the ``Condition``s, ANDed."""
+    old_sql, old_params = _where(filters, columns)
+    new_sql, new_params = where_sql(conditions, columns)
+    clauses = [w.removeprefix(" WHERE ") for w in (old_sql, new_sql) if w]
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", [*old_params, *new_params]
+
+
+def _order(order_by: str | None, descending: bool, default_order: list[str], columns: dict[str, str]) -> str:
+    """``ORDER BY`` the chosen column, then the default order (or ``row_id``), so pages never overlap.
+
+    A default order identifies rows on its own (a dataset's key, or ``row_id``), so
+    ``row_id`` breaks ties only without one.
+    """
+    if order_by is not None and order_by not in columns:
+        raise InvalidInput(
+            f"cannot order by unknown column {order_by!r}; columns are: {', '.join(columns)}",
+            field="order_by",
+        )
+    keys: list[str] = []
+    if order_by is not None:
+        keys.append(f"{quote_ident(order_by)} {'DESC' if descending else 'ASC'} NULLS LAST")
+    ties = [c for c in (default_order or ["row_id"]) if c != order_by and c in columns]
+    keys += [f"{quote_ident(c)} ASC NULLS LAST" for c in dict.fromkeys(ties)]
+    if order_by is None and not default_order:
+        return ""  # the table's natural order
+    return " ORDER BY " + ", ".join(keys)
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """Rows that replace (same ``row_id``) or join a table's rows for one read, as DuckDB text.
+
+    ``rows`` maps a ``row_id`` to every column's text (None is NULL); each value is cast
+    to the column's type in the query, so the rows filter and sort like stored ones.
+    ``added`` counts the rows the table does not have (an unfiltered total grows by it).
+    ``key`` names a column that identifies rows as ``row_id`` does (the dataset key): the
+    replaced rows are then left out by it, which reads a narrower column than ``row_id``.
+    """
+
+    rows: dict[str, dict[str, str | None]]
+    added: int = 0
+    key: str | None = None
+
+
+def _source(
+    path: Path, version: int | None, overlay: Overlay | None, columns: dict[str, str]
+) -> tuple[str, list[Any], str | None]:
+    """The FROM item of a page query, its parameters, and the name of a registered overlay (or None)."""
+    scan, extra = _scan(version)
+    if overlay is None or not overlay.rows:
+        return scan, [str(path), *extra], None
+    import pyarrow as pa
+
+    names = list(columns)
+    data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in overlay.rows.items()] for c in names}
+    view = f"oreo_overlay_{uuid.uuid4().hex}"
+    cursor().register(view, pa.table({c: pa.array(data[c], pa.string()) for c in names}))
+    typed = ", ".join(f"CAST({quote_ident(c)} AS {columns[c]}) AS {quote_ident(c)}" for c in names)
+    by = overlay.key if overlay.key in columns else "row_id"
+    replaced = f"SELECT CAST({quote_ident(by)} AS {columns[by]}) FROM {view}"
+    sql = (
+        f"(SELECT * FROM {scan} WHERE {quote_ident(by)} NOT IN ({replaced}) "
+        f"UNION ALL BY NAME SELECT {typed} FROM {view})"
+    )
+    return sql, [str(path), *extra], view
+
+
+@dataclass(frozen=True)
+class _Query:
+    path: Path
+    source: str
+    source_params: list[Any]
+    where: str
+    where_params: list[Any]
+    order: str
+
+
+# Families whose values order the same in DuckDB and as bound Python values, so a page's
+# first and last sort value can bound the second read (and let DuckDB skip files).
+_TOTAL = "__oreo_total"
+_RANGE_FAMILIES = {"integer", "decimal", "float", "date", "timestamp", "timestamptz", "text", "boolean"}
+
+
+def _ordered_page(
+    query: _Query, first: str, first_type: str, identity: str, limit: int, offset: int, *, count: bool
+) -> tuple[Any, int | None] | None:
+    """An ordered page read in two steps, as an Arrow table, and (with ``count``) the
+    number of matching rows; None when the steps disagree.
+
+    Sorting whole rows to reach a deep offset costs a scan of every column and a heap of
+    whole rows; sorting only the sort column and the row's identity (the dataset key, or
+    ``row_id``), then reading the page's rows by identity within the page's range of the
+    first sort column (which lets DuckDB skip the files and row groups outside it) costs
+    a fraction of that. If the identity turns out not to be unique, the caller reads the
+    page in one step. The count of a filtered read rides on the first step (a window over
+    the matching rows' two columns) instead of a second scan.
+    """
+    from core.values import type_family
+
+    q, ident = quote_ident(first), quote_ident(identity)
+    cols = ", ".join(quote_ident(c) for c in dict.fromkeys([identity, first]))
+    total_sql = f", count(*) OVER () AS {quote_ident(_TOTAL)}" if count else ""
+    sql = f"SELECT {cols}{total_sql} FROM {query.source}{query.where}{query.order} LIMIT ? OFFSET ?"
+    keys = _run(sql, [*query.source_params, *query.where_params, limit, offset], query.path).to_arrow_table()
+    if not keys.num_rows:
+        empty = _run(f"SELECT * FROM {query.source} LIMIT 0", query.source_params, query.path).to_arrow_table()
+        return empty, None
+    total = int(keys.column(_TOTAL)[0].as_py()) if count else None
+    within = ""
+    params: list[Any] = list(query.source_params)
+    if type_family(first_type) in _RANGE_FAMILIES:
+        import pyarrow.compute as pc
+
+        values = keys.column(first)
+        bounds = pc.min_max(values).as_py()
+        if bounds["min"] is not None:
+            within = f" AND ({q} BETWEEN ? AND ?{f' OR {q} IS NULL' if values.null_count else ''})"
+            params += [bounds["min"], bounds["max"]]
+    view = f"oreo_page_{uuid.uuid4().hex}"
+    cursor().register(view, keys.select([identity]))
+    try:
+        sql = f"SELECT * FROM {query.source} WHERE {ident} IN (SELECT {ident} FROM {view}){within}{query.order}"
+        rows = _run(sql, params, query.path).to_arrow_table()
+    finally:
+        cursor().unregister(view)
+    if rows.num_rows != keys.num_rows or not rows.column(identity).equals(keys.column(identity)):
+        return None
+    return rows, total
+
+
 def read_page(
     path: Path,
     *,
     version: int | None = None,
     filters: list[RowFilter] | None = None,
+    conditions: list[Condition] | None = None,
     order_by: str | None = None,
     descending: bool = False,
+    default_order: list[str] | None = None,
     limit: int = 50,
     offset: int = 0,
     known_total: int | None = None,
+    overlay: Overlay | None = None,
 ) -> Page:
     """One page of a Delta table, filtered and ordered in DuckDB.
 
     Args:
         path: The Delta table folder.
         version: Read the table as of this version (time travel); latest when None.
-        filters: Conditions ANDed together; their columns must exist.
-        order_by: A column to sort by; None keeps the table's natural order.
+        filters: Old-style conditions (``RowFilter``) ANDed together; their columns must exist.
+        conditions: ``core.filters.Condition``s ANDed together (and with ``filters``);
+            checked against the schema, values bound and compared in the column's type.
+        order_by: A column to sort the whole table by.
         descending: Sort direction for ``order_by``.
+        default_order: Columns that identify a row, which the rows are in when
+            ``order_by`` is None and which break its ties (``core.datasets.stable_order``:
+            the key, or ``row_id``). Without it ``row_id`` breaks ties, and no ``order_by``
+            keeps the table's natural order.
         limit: Page size, 1..10,000.
         offset: Rows to skip, >= 0.
         known_total: The table's row count at ``version`` if the caller already knows it
             (the catalog counts it at every commit); skips the count query when unfiltered.
+        overlay: Rows that replace or join the table's rows for this read (a session's edits).
 
     Raises:
-        InvalidInput: Unknown column, bad limit/offset.
+        InvalidInput: Unknown column, a filter value that does not fit its column, bad limit/offset.
         NotFound: No table at ``path`` or no such version.
     """
     if not 1 <= int(limit) <= 10_000:
@@ -236,31 +384,77 @@ def read_page(
         raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
     _require_table(path)
     filters = filters or []
+    conditions = conditions or []
+    default_order = list(default_order or [])
+    needs_schema = filters or conditions or order_by or default_order or (overlay is not None and overlay.rows)
     # The schema is only needed to check names; unfiltered natural-order pages skip it.
-    columns = {c.name: c.type for c in table_schema(path, version)} if (filters or order_by) else {}
-    if order_by is not None and order_by not in columns:
-        raise InvalidInput(
-            f"cannot order by unknown column {order_by!r}; columns are: {', '.join(columns)}",
-            field="order_by",
-        )
-    scan, extra = _scan(version)
-    where, where_params = _where(filters, columns)
-    order = ""
-    if order_by is not None:
-        # row_id breaks ties so pages never overlap or skip rows.
-        direction = "DESC" if descending else "ASC"
-        order = f" ORDER BY {quote_ident(order_by)} {direction} NULLS LAST"
-        if order_by != "row_id" and "row_id" in columns:
-            order += ", row_id ASC"
-    sql = f"SELECT * FROM {scan}{where}{order} LIMIT ? OFFSET ?"
-    params = [str(path), *extra, *where_params, int(limit), int(offset)]
-    frame = _run(sql, params, path).to_arrow_table().to_pandas()
-    if known_total is not None and not filters:
-        total = known_total
-    else:
-        row = _run(f"SELECT count(*) FROM {scan}{where}", [str(path), *extra, *where_params], path).fetchone()
-        total = int(row[0]) if row else 0
+    columns = {c.name: c.type for c in table_schema(path, version)} if needs_schema else {}
+    where, where_params = _all_where(filters, conditions, columns)
+    order = _order(order_by, descending, default_order, columns)
+    source, source_params, view = _source(path, version, overlay, columns)
+    try:
+        query = _Query(path, source, source_params, where, where_params, order)
+        rows, total = None, None
+        if known_total is not None and not filters and not conditions:
+            total = known_total + (overlay.added if overlay is not None else 0)
+        identity = [c for c in (default_order or ["row_id"]) if c in columns]
+        if order and len(identity) == 1:
+            first = order_by if order_by is not None else identity[0]
+            ordered = _ordered_page(
+                query, first, columns[first], identity[0], int(limit), int(offset), count=bool(where) and total is None
+            )
+            if ordered is not None:
+                rows, total = ordered[0], total if total is not None else ordered[1]
+        if rows is None:
+            sql = f"SELECT * FROM {source}{where}{order} LIMIT ? OFFSET ?"
+            rows = _run(sql, [*source_params, *where_params, int(limit), int(offset)], path).to_arrow_table()
+        frame = rows.to_pandas()
+        if total is None:
+            row = _run(f"SELECT count(*) FROM {source}{where}", [*source_params, *where_params], path).fetchone()
+            total = int(row[0]) if row else 0
+    finally:
+        if view is not None:
+            cursor().unregister(view)
     return Page(rows=frame, total=total)
+
+
+def first_emptying_condition(
+    path: Path, conditions: list[Condition], version: int | None = None, overlay: Overlay | None = None
+) -> Condition | None:
+    """The first condition after which no row is left (conditions applied in order), or None.
+
+    Tells a person which filter removed everything: with ``a`` and ``b`` where ``a``
+    alone keeps rows but ``a AND b`` keeps none, it returns ``b``.
+
+    Raises:
+        InvalidInput: As ``read_page``.
+    """
+    _require_table(path)
+    if not conditions:
+        return None
+    columns = {c.name: c.type for c in table_schema(path, version)}
+    checked = check_conditions(list(conditions), columns)
+    source, source_params, view = _source(path, version, overlay, columns)
+    try:
+        # One scan: for each prefix of the conditions, whether any row passes it.
+        predicates = [condition_sql(c, columns[c.column]) for c in checked]
+        selects: list[str] = []
+        params: list[Any] = []
+        for i in range(1, len(predicates) + 1):
+            selects.append("bool_or(" + " AND ".join(p[0] for p in predicates[:i]) + ")")
+            for p in predicates[:i]:
+                params.extend(p[1])
+        sql = f"SELECT count(*), {', '.join(selects)} FROM {source}"
+        row = _run(sql, [*params, *source_params], path).fetchone()
+    finally:
+        if view is not None:
+            cursor().unregister(view)
+    if row is None or not row[0]:
+        return None  # an empty table: no filter removed anything
+    for condition, any_left in zip(conditions, row[1:], strict=False):
+        if not any_left:
+            return condition
+    return None
 
 
 def read_rows_by_id(path: Path, row_ids: list[str], version: int | None = None) -> pd.DataFrame:

@@ -26,12 +26,13 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from core.errors import InvalidInput
+from core.errors import InvalidFile, InvalidInput
 
 Status = Literal["same", "cast", "widen", "new", "absent", "incompatible"]
 SchemaChangeKind = Literal["add", "widen"]
 
 _INTEGERS = ("tinyint", "smallint", "int", "bigint")
+INTEGER_TYPES = _INTEGERS
 # Digits each integer type needs in a decimal.
 _INTEGER_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
@@ -49,6 +50,59 @@ _DUCK_TO_SPARK = {
     "TIMESTAMP": "timestamp_ntz",
     "BLOB": "binary",
 }
+
+
+# Names Oreo gives columns of its own: staging's bookkeeping (``core.change_requests``),
+# the editing grid's overlay (``core.sessions``) and Delta's change data feed. A data
+# column of the same name (case-insensitively, as Delta matches names) would collide.
+RESERVED_NAMES = ("_op", "_changed", "_change", "_edited", "_change_type", "_commit_version", "_commit_timestamp")
+# The catalog keeps a key column's name in 200 characters.
+MAX_NAME_LENGTH = 200
+
+
+def check_column_name(name: str, *, source: str) -> None:
+    """Refuse a column name Oreo reserves, one with a backtick, or one too long for the catalog.
+
+    Raises:
+        InvalidFile: Naming the column and what to do.
+    """
+    if name.lower() in RESERVED_NAMES:
+        raise InvalidFile(
+            f"column {name!r} in {source} has a name Oreo reserves for its own columns "
+            f"({', '.join(RESERVED_NAMES)}); rename it"
+        )
+    if "`" in name:
+        # Delta's MERGE with the change data feed on names columns unquoted
+        # (packedCdc.<name>) and fails on a backtick, so such a table could never merge.
+        raise InvalidFile(f"column {name!r} in {source} contains a backtick (`), which Delta cannot merge; rename it")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidFile(
+            f"column {name[:40]!r}... in {source} has a {len(name)}-character name; "
+            f"names are at most {MAX_NAME_LENGTH} characters"
+        )
+
+
+def check_column_types(arrow_schema: pa.Schema, *, source: str) -> None:
+    """Refuse nested columns (struct, list, map) and types a Delta table cannot hold.
+
+    Oreo edits, validates, stages and diffs a cell as one typed value; a nested value has
+    no such single form (see the README's "Column types").
+
+    Raises:
+        InvalidFile: Naming the first such column and its type.
+    """
+    for field in arrow_schema:
+        t = field.type
+        if pa.types.is_nested(t):
+            raise InvalidFile(
+                f"column {field.name!r} in {source} is {t}, a nested type; Oreo keeps one value per cell - "
+                "flatten it into columns or store it as JSON text"
+            )
+        if pa.types.is_time(t) or pa.types.is_duration(t) or pa.types.is_interval(t):
+            raise InvalidFile(
+                f"column {field.name!r} in {source} is {t}, which a Delta table cannot hold; "
+                "store it as a timestamp, a number or text"
+            )
 
 
 @dataclass(frozen=True)

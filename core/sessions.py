@@ -45,9 +45,11 @@ from core import audit, reads
 from core.auth import Role, User, require_role
 from core.catalog import Catalog
 from core.config import get_settings
-from core.datasets import DatasetInfo, get_dataset, layout_for
+from core.datasets import DatasetInfo, dataset_settings, get_dataset, layout_for, stable_order, time_ordered_ids
 from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
+from core.filters import Condition
 from core.layout import DatasetLayout, new_id, validate_id
+from core.values import canonical_text
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -356,6 +358,55 @@ def effective_edits(layout: DatasetLayout, session_id: str) -> list[CellEdit]:
     return _fold(read_events(layout, session_id).to_pylist())
 
 
+@dataclass(frozen=True)
+class PendingChange:
+    """One change as a person counts it: a cell update, a whole added row, or a deleted row.
+
+    An added row is one change however many cells it fills (``values``, in column
+    order of the events); undoing it is one ``UndoCell(row_id, None)``.
+    """
+
+    row_id: str
+    change: ChangeKind
+    column: str | None = None  # the updated cell's column; None for added and deleted rows
+    old_value: str | None = None
+    new_value: str | None = None
+    values: tuple[tuple[str, str | None], ...] = ()  # an added row's cells
+
+    @property
+    def undo(self) -> UndoCell:
+        """The one operation that takes this change back."""
+        return UndoCell(self.row_id, self.column)
+
+
+def pending_changes(edits: list[CellEdit]) -> list[PendingChange]:
+    """Group effective edits (``effective_edits``) the way the pending list shows them.
+
+    Cell updates stay one change each; a row insert and all of its cells become one
+    change; a row delete is one change. The order of ``edits`` is kept (by first mention).
+    """
+    added: dict[str, list[tuple[str, str | None]]] = {}
+    order: list[tuple[str, str | None]] = []
+    by_key: dict[tuple[str, str | None], PendingChange] = {}
+    for e in edits:
+        if e.change == "insert":
+            if e.row_id not in added:
+                added[e.row_id] = []
+                order.append((e.row_id, None))
+            if e.column is not None:
+                added[e.row_id].append((e.column, e.new_value))
+        else:
+            key = (e.row_id, e.column)
+            order.append(key)
+            by_key[key] = PendingChange(e.row_id, e.change, e.column, e.old_value, e.new_value)
+    return [
+        PendingChange(key[0], "insert", values=tuple(added[key[0]]))
+        if key[1] is None and key[0] in added and key not in by_key
+        else by_key[key]
+        for key in order
+    ]
+
+
 def _fold(events: list[dict[str, Any]]) -> list[CellEdit]:
     """Net changes of ``events`` (oldest first): the newest event per cell wins."""
     latest: dict[tuple[str, str], dict[str, Any]] = {}
@@ -419,19 +470,12 @@ class UndoCell:
 EditOp = SetCell | AddRow | DeleteRow | UndoCell
 
 
-def _canonical(value: Any, column: str, duck_type: str) -> str | None:
-    """``value`` as the text DuckDB prints for it in ``duck_type``; refuse what doesn't fit."""
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else json.dumps(value) if isinstance(value, bool) else str(value)
-    if duck_type == "VARCHAR":
-        return text
-    if duck_type == "BOOLEAN":
-        text = text.strip().lower()
-    row = reads.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text.strip()]).fetchone()
-    if row is None or row[0] is None:
-        raise InvalidInput(f"value {text!r} is not a valid {duck_type} for column {column!r}", field=column)
-    return str(row[0])
+def _canonical(
+    value: Any, column: str, duck_type: str, row_id: str | None = None, dataset: DatasetInfo | None = None
+) -> str | None:
+    """``value`` as the text DuckDB prints for it in ``duck_type``; refuse what doesn't fit exactly."""
+    allow = dataset is not None and dataset_settings(dataset.project_id, dataset.dataset_id).allow_non_finite
+    return canonical_text(value, column=column, duck_type=duck_type, row_id=row_id, allow_non_finite=allow)
 
 
 def _main_values(
@@ -589,7 +633,7 @@ def _set_cell(
             f"column {op.column!r} identifies the row and cannot be edited; delete the row and add a new one",
             field=op.column,
         )
-    value = _canonical(op.value, op.column, duck_type)
+    value = _canonical(op.value, op.column, duck_type, op.row_id, dataset)
     if op.row_id in inserted:
         return _event(info, actor, op.row_id, op.column, None, value)
     original = _require_row(base, op.row_id, dataset)[op.column]
@@ -605,7 +649,7 @@ def _add_row(
     values.pop("row_id", None)
     for column in values:
         _require_column(schema, column)
-    canonical = {c: _canonical(v, c, schema[c]) for c, v in values.items()}
+    canonical = {c: _canonical(v, c, schema[c], "(new row)", dataset) for c, v in values.items()}
     if dataset.key_column:
         row_id = canonical.get(dataset.key_column)
         if row_id is None:
@@ -615,7 +659,7 @@ def _add_row(
         if row_id in inserted or _main_values(dataset, info.base_version, [row_id], []):
             raise InvalidInput(f"a row with key {row_id!r} already exists", field=dataset.key_column)
     else:
-        row_id = str(uuid.uuid4())
+        row_id = time_ordered_ids(1)[0]  # sorts after the rows before it: the order rows were added
     events = [_event(info, actor, row_id, ROW_MARKER, None, INSERT)]
     events += [_event(info, actor, row_id, c, None, v) for c, v in canonical.items() if v is not None]
     return row_id, events
@@ -627,21 +671,29 @@ CHANGE_COLUMN = "_change"
 EDITED_COLUMN = "_edited"
 
 
-def _typed(value: str | None, duck_type: str) -> Any:
-    if value is None:
-        return None
-    row = reads.cursor().execute(f"SELECT TRY_CAST(? AS {duck_type})", [value]).fetchone()
-    return row[0] if row else None
-
-
-def _matches(values: dict[str, Any], filters: list[reads.RowFilter]) -> bool:
-    for f in filters:
-        text = "" if values.get(f.column) is None else str(values[f.column])
-        if f.op == "contains" and f.value.lower() not in text.lower():
-            return False
-        if f.op == "eq" and text != f.value:
-            return False
-    return True
+def _overlay_rows(
+    dataset: DatasetInfo, schema: dict[str, str], by_row: dict[str, list[CellEdit]]
+) -> dict[str, dict[str, str | None]]:
+    """Every row the session adds or updates, each cell as DuckDB text, edits applied."""
+    updated = [
+        row_id
+        for row_id, row_edits in by_row.items()
+        if any(e.column is not None and e.change == "update" for e in row_edits)
+        and not any(e.change == "insert" and e.column is None for e in row_edits)
+    ]
+    stored = reads.read_rows_as_text(Path(dataset.path), int(dataset.version or 0), updated) if updated else {}
+    rows: dict[str, dict[str, str | None]] = {}
+    for row_id, row_edits in by_row.items():
+        inserted = any(e.change == "insert" and e.column is None for e in row_edits)
+        if not inserted and row_id not in stored:
+            continue  # deleted only, or updates of a row that is gone: nothing to overlay
+        values: dict[str, str | None] = dict.fromkeys(schema) if inserted else dict(stored[row_id])
+        values["row_id"] = row_id
+        for e in row_edits:
+            if e.column is not None and e.column in schema:
+                values[e.column] = e.new_value
+        rows[row_id] = values
+    return rows
 
 
 def overlay_page(
@@ -650,79 +702,66 @@ def overlay_page(
     *,
     actor: User,
     filters: list[reads.RowFilter] | None = None,
+    conditions: list[Condition] | None = None,
     order_by: str | None = None,
     descending: bool = False,
+    default_order: list[str] | None = None,
     limit: int = 50,
     offset: int = 0,
 ) -> reads.Page:
     """A page of ``main`` with the session's edits applied and marked.
 
-    Only the page's ``row_id``s are joined with the session. Rows the session adds come
-    after the table's rows. Two extra columns mark the overlay: ``_change`` is
-    "update", "insert", "delete" or "", and ``_edited`` lists the changed columns.
-    Filters and sort apply to the stored values of existing rows.
-    """
-    import pandas as pd
+    Edited and added rows are read as they will be after the merge: filters, conditions
+    and the sort see their new values, and they sit where the merge will put them (the
+    dataset's ``stable_order``, or ``default_order``, unless ``order_by`` sorts the whole
+    table). Two extra columns mark the overlay: ``_change`` is "update", "insert",
+    "delete" or "", and ``_edited`` lists the changed columns.
 
+    Raises:
+        InvalidInput: As ``reads.read_page``.
+        NotFound, PermissionDenied: No such session, or not the actor's.
+    """
     info = get_session(catalog, session_id, actor=actor)
     layout = layout_for(info.project_id, info.dataset_id)
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
-    filters = filters or []
     schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), dataset.version)}
-    edits = effective_edits(layout, session_id)
     by_row: dict[str, list[CellEdit]] = {}
-    for e in edits:
+    for e in effective_edits(layout, session_id):
         by_row.setdefault(e.row_id, []).append(e)
-
-    inserted_rows: list[dict[str, Any]] = []
-    for row_id, row_edits in by_row.items():
-        if any(e.change == "insert" and e.column is None for e in row_edits):
-            values: dict[str, Any] = dict.fromkeys(schema)
-            values["row_id"] = row_id
-            for e in row_edits:
-                if e.column is not None:
-                    values[e.column] = _typed(e.new_value, schema[e.column])
-            if _matches(values, filters):
-                values[CHANGE_COLUMN] = "insert"
-                values[EDITED_COLUMN] = sorted(e.column for e in row_edits if e.column)
-                inserted_rows.append(values)
-
+    overlay = None
+    if by_row:
+        added = sum(any(e.change == "insert" and e.column is None for e in edits) for edits in by_row.values())
+        overlay = reads.Overlay(_overlay_rows(dataset, schema, by_row), added=added, key=dataset.key_column)
     page = reads.read_page(
         Path(dataset.path),
         version=dataset.version,
         filters=filters,
+        conditions=conditions,
         order_by=order_by,
         descending=descending,
+        default_order=default_order if default_order is not None else stable_order(dataset),
         limit=limit,
         offset=offset,
         known_total=dataset.rows,
+        overlay=overlay,
     )
     frame = page.rows.astype(object)
     changes: list[str] = []
     edited: list[list[str]] = []
-    for i, row_id in enumerate(frame["row_id"] if len(frame) else []):
+    for row_id in frame["row_id"] if len(frame) else []:
         row_edits = by_row.get(row_id, [])
-        kind = ""
-        cols: list[str] = []
-        for e in row_edits:
-            if e.column is None and e.change == "delete":
-                kind = "delete"
-            elif e.column is not None and e.change == "update":
-                frame.at[frame.index[i], e.column] = _typed(e.new_value, schema[e.column])
-                cols.append(e.column)
-                kind = kind or "update"
-        changes.append(kind)
-        edited.append(sorted(cols))
+        kinds = {e.change for e in row_edits if e.column is None}
+        cols = sorted({e.column for e in row_edits if e.column is not None})
+        if "insert" in kinds:
+            changes.append("insert")
+        elif "delete" in kinds:
+            changes.append("delete")
+        else:
+            changes.append("update" if cols else "")
+        edited.append(cols)
     frame[CHANGE_COLUMN] = changes
     frame[EDITED_COLUMN] = edited
-
-    # Rows added in the session follow the table's rows.
-    start = max(0, offset - page.total)
-    room = limit - len(frame)
-    extra = inserted_rows[start : start + room] if room > 0 else []
-    if extra:
-        frame = pd.concat([frame, pd.DataFrame(extra, columns=list(frame.columns))], ignore_index=True)
-    return reads.Page(rows=frame, total=page.total + len(inserted_rows))
+    return reads.Page(rows=frame, total=page.total)
 
 
 def current_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> SessionInfo | None:

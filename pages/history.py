@@ -82,6 +82,11 @@ def page_number(key: str, signature: object) -> int:
     return int(st.session_state.get(key, 1))
 
 
+def column_types() -> dict[str, str]:
+    """The dataset's column types, so diffs show values as the Table page's grid does."""
+    return {c.name: c.type for c in datasets.dataset_columns(info)}
+
+
 @st.dialog("Restore version?", width="large", on_dismiss=lambda: close_dialog("restore"))
 def restore_dialog(version: Version, current: int) -> None:
     st.write(
@@ -98,7 +103,7 @@ def restore_dialog(version: Version, current: int) -> None:
         )
         with st.expander(f"Changes ({summary.total:,})", key="restore_changes"):
             shown = len(summary.changes)  # the first page; the Compare view pages through them all
-            changes_table(summary.changes, shown, page_no=1, key="restore_diff")
+            changes_table(summary.changes, shown, page_no=1, key="restore_diff", types=column_types())
             if summary.total > shown:
                 st.caption(f"… and {summary.total - shown:,} more; the Compare view pages through them all.")
     reason = st.text_input("Reason (required, kept in the audit log)", key="restore_reason", max_chars=500)
@@ -312,7 +317,7 @@ def compare_view(versions: list[Version]) -> None:
     source = "the change data feed" if diff.source == "cdf" else "the two snapshots"
     st.caption(f"From version {old} to version {new}, read from {source}.")
     with st.container(key="history_changes"):
-        changes_table(diff.changes, diff.total, page_no=page_no, key="history_diff")
+        changes_table(diff.changes, diff.total, page_no=page_no, key="history_diff", types=column_types())
 
 
 with oreo_errors():

@@ -63,7 +63,7 @@ def sheets_of(uploaded: UploadedFile) -> list[str]:
     """The workbook's sheet names, listed once per uploaded file."""
     cached = st.session_state.get("import_sheets")
     if cached is None or cached[0] != uploaded.file_id:
-        with imports.saved_upload(uploaded.getvalue(), uploaded.name) as path:
+        with imports.saved_upload(uploaded, uploaded.name) as path:
             cached = (uploaded.file_id, xlsx_sheets(path))
         st.session_state["import_sheets"] = cached
     return list(cached[1])
@@ -77,7 +77,7 @@ def read_file(uploaded: UploadedFile, sheet: str | None) -> None:
         bar.progress(min(max(fraction, 0.0), 1.0), text=message)
 
     try:
-        with imports.saved_upload(uploaded.getvalue(), uploaded.name) as path:
+        with imports.saved_upload(uploaded, uploaded.name) as path:
             upload = imports.store_upload(
                 catalog(), project_id, dataset_id, path, actor=user, sheet=sheet, progress=progress
             )

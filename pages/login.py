@@ -1,10 +1,14 @@
-"""Sign in with a local account, or with SSO when OIDC is configured."""
+"""Sign in with a local account, or with SSO when OIDC is configured.
+
+The router serves this page under every page's address while nobody is signed in, so a
+deep link asks for sign-in first and, once signed in, the rerun lands on the page asked for.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app.components import USER_KEY, catalog, oidc_configured, oreo_errors
+from app.components import catalog, client_address, oidc_configured, oreo_errors, sign_in
 from core import auth
 
 st.title("Oreo")
@@ -19,9 +23,8 @@ with left:
         submitted = st.form_submit_button("Sign in", type="primary", key="login_submit")
     if submitted:
         with oreo_errors():
-            user = auth.authenticate(catalog(), username.strip(), password)
-            st.session_state[USER_KEY] = user.username
-            st.session_state["oreo_auth_method"] = "password"
+            user = auth.authenticate(catalog(), username.strip(), password, client=client_address())
+            sign_in(user, "password")
             st.rerun()
     if oidc_configured():
         st.divider()

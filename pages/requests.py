@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app.approval_views import interrupted_approval_note
 from app.components import (
     catalog,
     close_dialog,
@@ -16,7 +17,7 @@ from app.components import (
     show_flash,
     status_badge,
 )
-from core import datasets
+from core import datasets, merge
 from core.change_requests import (
     ChangeRequest,
     CRState,
@@ -109,6 +110,8 @@ with oreo_errors():
             )
             if cr.description:
                 text.caption(cr.description)
+            with text:
+                interrupted_approval_note(merge.approval_state(catalog(), cr.id, actor=user), author=True)
             if current > cr.base_version:
                 text.caption(
                     f"Based on version {cr.base_version}; the table is now at version {current}. "

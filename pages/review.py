@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from app.approval_views import interrupted_approval_note
 from app.change_views import diff_table, findings, schema_change_line, schema_changes
 from app.components import (
     catalog,
@@ -149,6 +150,7 @@ with oreo_errors():
     )
     if cr.description:
         st.markdown(cr.description)
+    interrupted_approval_note(merge.approval_state(catalog(), cr.id, actor=user))
 
     info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
     run = change_requests.validation_for(catalog(), cr.id, actor=user)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 from argon2 import PasswordHasher
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from core import auth
 from core.audit import list_events
 from core.auth import SYSTEM, Role, User
-from core.catalog import Catalog, MembershipRow, UserRow
+from core.catalog import Catalog, MembershipRow, SignInFailureRow, UserRow, utcnow
 from core.errors import AlreadyExists, AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
 from core.projects import create_project
 
@@ -345,3 +348,117 @@ def test_grants_from_groups_keeps_the_strongest_role() -> None:
 def test_bad_group_grants_are_refused(grant: str, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
         auth.grants_from_groups(["g"], {"g": [grant]})
+
+
+# ---------------------------------------------------------------- throttling failed sign-ins
+
+
+def _failure_row(catalog: Catalog, kind: str, key: str) -> SignInFailureRow | None:
+    with catalog.session() as s:
+        return s.get(SignInFailureRow, (kind, key))
+
+
+def _unblock(catalog: Catalog) -> None:
+    """Let every block lapse, as if its delay had passed (the counts stay)."""
+    with catalog.session() as s:
+        s.execute(
+            update(SignInFailureRow)
+            .where(SignInFailureRow.blocked_until.is_not(None))
+            .values(blocked_until=utcnow() - timedelta(seconds=1))
+        )
+
+
+def _fail(catalog: Catalog, username: str, client: str = "10.0.0.1", times: int = 1) -> None:
+    for _ in range(times):
+        with pytest.raises(AuthenticationFailed, match=r"^invalid username or password$"):
+            auth.authenticate(catalog, username, "wrong-password", client=client)
+
+
+@pytest.mark.parametrize("username", ["alice", "nobody"], ids=["known-user", "unknown-user"])
+def test_five_failures_block_the_username_with_one_message_for_known_and_unknown(
+    catalog: Catalog, username: str
+) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    for client in ("10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"):
+        _fail(catalog, username, client=client)
+    assert _failure_row(catalog, "user", username).blocked_until is None  # four failures: no delay yet
+    _fail(catalog, username, client="10.0.0.5")
+
+    # Even the right password from a fresh client is not checked while the username is blocked.
+    with pytest.raises(AuthenticationFailed) as info:
+        auth.authenticate(catalog, username, f"{username}-password", client="10.0.0.9")
+    assert str(info.value) == "too many failed sign-ins; wait 30 seconds and try again"
+    assert list_events(catalog, name="signed_in") == []
+    throttled = [e for e in list_events(catalog, name="sign_in_failed") if e.details["reason"] == "throttled"]
+    assert [(e.actor, e.details["client"]) for e in throttled] == [(username, "10.0.0.9")]
+    assert _failure_row(catalog, "user", username).failures == 5  # a refused attempt is not counted
+
+
+def test_the_delay_doubles_per_failure_up_to_fifteen_minutes(catalog: Catalog) -> None:
+    delays = []
+    for _ in range(11):
+        _fail(catalog, "alice", client="10.0.0.1")
+        row = _failure_row(catalog, "user", "alice")
+        if row.blocked_until is not None:
+            delays.append(round((row.blocked_until - row.last_failure_at).total_seconds()))
+        _unblock(catalog)
+    assert delays == [30, 60, 120, 240, 480, 900, 900]
+
+
+def test_five_failures_block_the_client_for_every_username(catalog: Catalog) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    for name in ("u1", "u2", "u3", "u4", "u5"):
+        _fail(catalog, name, client="10.6.6.6")
+    with pytest.raises(AuthenticationFailed, match="too many failed sign-ins"):
+        auth.authenticate(catalog, "alice", "alice-password", client="10.6.6.6")
+    # Another client is not held back by that one.
+    assert auth.authenticate(catalog, "alice", "alice-password", client="10.0.0.1").username == "alice"
+
+
+def test_success_clears_the_usernames_count_and_an_hour_forgets_failures(catalog: Catalog) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    _fail(catalog, "alice", times=4)
+    auth.authenticate(catalog, "alice", "alice-password", client="10.0.0.1")
+    assert _failure_row(catalog, "user", "alice") is None
+    assert _failure_row(catalog, "client", "10.0.0.1").failures == 4
+
+    with catalog.session() as s:
+        s.execute(update(SignInFailureRow).values(last_failure_at=utcnow() - timedelta(hours=1, seconds=1)))
+    _fail(catalog, "bob", client="10.0.0.1")
+    assert _failure_row(catalog, "client", "10.0.0.1").failures == 1
+
+
+def test_unknown_users_cost_a_password_check_too(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answering "no such user" faster than "wrong password" would tell which usernames exist."""
+    checked: list[str] = []
+
+    class CountingHasher(PasswordHasher):
+        def verify(self, hash: str | bytes, password: str | bytes) -> bool:
+            checked.append(str(hash))
+            return super().verify(hash, password)
+
+    monkeypatch.setattr(auth, "_hasher", CountingHasher())
+    auth.create_user(catalog, "alice", password="alice-password")
+    _fail(catalog, "nobody")
+    _fail(catalog, "alice")
+    assert len(checked) == 2 and all(h.startswith("$argon2id$") for h in checked)
+
+
+def test_two_first_failures_at_once_both_count(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process inserts the same new counter mid-attempt: the attempt is retried, not lost or crashed."""
+    count_failure = auth._count_failure
+    raced: list[str] = []
+
+    def racing(s: Session, kind: str, key: str, now: datetime) -> None:
+        count_failure(s, kind, key, now)  # this attempt's new row, not yet written
+        if not raced:
+            raced.append(key)
+            with catalog.session() as other:
+                other.add(SignInFailureRow(kind=kind, key=key, failures=1, last_failure_at=now))
+
+    monkeypatch.setattr(auth, "_count_failure", racing)
+    _fail(catalog, "alice")
+    assert raced == ["alice"]
+    assert _failure_row(catalog, "user", "alice").failures == 2
+    assert _failure_row(catalog, "client", "10.0.0.1").failures == 1
+    assert len(list_events(catalog, name="sign_in_failed")) == 1

@@ -22,7 +22,10 @@ from core.catalog import (
 )
 from core.errors import EngineError
 
-TABLES = {"projects", "users", "memberships", "datasets", "audit_events", "change_requests", "cr_comments"}
+TABLES = {
+    "projects", "users", "memberships", "datasets", "audit_events", "change_requests", "cr_comments",
+    "web_sessions", "sign_in_failures",
+}  # fmt: skip
 
 
 def _head_revision() -> str:

@@ -46,3 +46,26 @@ def test_migrations_accounts_roles_and_audit_on_postgres(postgres_url: str, monk
     reset_catalogs()
     again = open_catalog()
     assert [p.id for p in projects.list_projects(again, auth.SYSTEM)] == ["pgproj"]
+
+
+def test_web_sessions_and_sign_in_throttling_on_postgres(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core import web_sessions
+
+    monkeypatch.setenv("OREO_DATABASE_URL", postgres_url)
+    get_settings.cache_clear()
+    reset_catalogs()
+    catalog = open_catalog()
+    assert {"web_sessions", "sign_in_failures"} <= set(inspect(catalog.engine).get_table_names())
+
+    user, password = auth.create_user(catalog, "pgsessions")
+    token = web_sessions.start_web_session(catalog, user, "password", client="10.1.2.3 · Chrome 150")
+    resumed = web_sessions.resume_web_session(catalog, token)
+    assert resumed is not None and resumed.user == user and resumed.expires_at.tzinfo is not None
+    assert web_sessions.revoke_user_sessions(catalog, "pgsessions") == 1
+    assert web_sessions.resume_web_session(catalog, token) is None
+
+    for _ in range(5):
+        with pytest.raises(AuthenticationFailed, match="invalid username or password"):
+            auth.authenticate(catalog, "pgsessions", "wrong-password", client="10.9.9.9")
+    with pytest.raises(AuthenticationFailed, match="too many failed sign-ins"):
+        auth.authenticate(catalog, "pgsessions", password, client="10.9.9.8")

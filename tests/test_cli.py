@@ -34,7 +34,12 @@ class Result:
     err: str
 
     def json(self) -> Any:
-        return json.loads(self.out)  # the whole of stdout must be one document
+        # The whole of stdout must be one strict document: no bare NaN or Infinity.
+        return json.loads(self.out, parse_constant=_not_strict_json)
+
+
+def _not_strict_json(name: str) -> Any:
+    raise ValueError(f"not strict JSON: bare {name}")
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
@@ -418,6 +423,40 @@ def test_dataset_rows_refusals(capsys, shared: CliDataset, args: list[str], mess
     assert_one_error_line(run(capsys, "--json", "dataset", "rows", "demo", "people", *args), message)
 
 
+def test_an_unexpected_error_is_one_line_naming_the_log_that_holds_its_traceback(
+    capsys, catalog: Catalog, data_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the library broke\nwith a second line")
+
+    monkeypatch.setattr(cli.projects, "list_projects", broken)
+
+    result = run(capsys, "--json", "project", "list")
+
+    log = data_root / "logs" / "oreo.log"
+    expected = rf"^error: unexpected RuntimeError: the library broke \(details in {re.escape(str(log))}\)$"
+    assert_one_error_line(result, expected)
+    assert 'raise RuntimeError("the library broke' in log.read_text()
+
+
+@pytest.mark.spark
+def test_edit_without_edit_options_is_refused_and_creates_no_session(capsys, shared: CliDataset) -> None:  # type: ignore[no-untyped-def]
+    """A refused command creates nothing: no session folder, no audit row for a later `cr submit` to pick up."""
+    from core.datasets import layout_for
+
+    live = layout_for("demo", "people").live_edit_root
+    sessions_before = sorted(p.name for p in live.iterdir()) if live.exists() else []
+    started_before = len(list_events(open_catalog(), name="session_started"))
+
+    result = run(capsys, "--json", "edit", "demo", "people", "--as", "ed")
+
+    assert_one_error_line(result, r"^error: no edits given; add --set ROW_ID COLUMN VALUE")
+    assert (sorted(p.name for p in live.iterdir()) if live.exists() else []) == sessions_before
+    assert len(list_events(open_catalog(), name="session_started")) == started_before
+    submitted = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed")
+    assert_one_error_line(submitted, "ed has no open session on demo/people")
+
+
 @pytest.mark.spark
 def test_dataset_create_refusals_exit_1(capsys, shared: CliDataset, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     ragged = tmp_path / "ragged.csv"
@@ -456,3 +495,175 @@ def test_console_script_dataset_create_prints_only_json(data_root: Path, tmp_pat
     assert created.stdout.count("\n") == 1
     catalog = open_catalog()
     assert [e.details["commit_id"] for e in list_events(catalog, name="dataset_created")] == [doc["last_commit_id"]]
+
+
+# ---------------------------------------------------------------- dataset rows: --where, --order-by, stable order
+
+
+def _pandas_page(
+    rows: list[dict[str, Any]], keep: Any, order_by: str, descending: bool, limit: int, offset: int
+) -> list[str]:
+    """Row ids of one page computed by pandas alone: filter, sort (ties by the key ``id``), slice."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    frame = frame[keep(frame)]
+    frame = frame.sort_values([order_by, "id"], ascending=[not descending, True], na_position="last", kind="stable")
+    return [str(i) for i in frame["id"].iloc[offset : offset + limit]]
+
+
+ROW_QUERIES = [
+    (["score >= 2", "city in (Paris,Lima)"], lambda f: (f.score >= 2) & f.city.isin(["Paris", "Lima"]), "score", True),
+    (
+        ["name contains 'PERSON 1'", "score is not empty"],
+        lambda f: f.name.str.contains("person 1") & f.score.notna(),
+        "city",
+        False,
+    ),
+    (
+        ["id between 3 and 20", "city != Oslo", "score < 4.5"],
+        lambda f: f.id.between(3, 20) & (f.city != "Oslo") & (f.score < 4.5),
+        "name",
+        True,
+    ),
+    (["score is empty"], lambda f: f.score.isna(), "city", True),
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("wheres", "keep", "order_by", "descending"), ROW_QUERIES)
+def test_rows_where_and_order_by_agree_with_read_page_and_pandas(  # type: ignore[no-untyped-def]
+    capsys, shared: CliDataset, wheres: list[str], keep: Any, order_by: str, descending: bool
+) -> None:
+    import pandas as pd
+
+    from core.filters import parse_where
+
+    main = Path(shared.created["path"])
+    expected_total = int(keep(pd.DataFrame(shared.rows)).sum())
+    conditions = [parse_where(w) for w in wheres]
+    for limit, offset in [(100, 0), (3, 0), (3, 2)]:
+        args = [a for w in wheres for a in ("--where", w)] + ["--order-by", order_by, "--limit", str(limit)]
+        args += ["--offset", str(offset)] + (["--desc"] if descending else [])
+        result = run(capsys, "--json", "dataset", "rows", "demo", "people", *args)
+        assert result.code == 0, result.err
+        doc = result.json()
+        page = reads.read_page(
+            main, conditions=conditions, order_by=order_by, descending=descending, default_order=["id"],
+            limit=limit, offset=offset,
+        )  # fmt: skip
+        expected = _pandas_page(shared.rows, keep, order_by, descending, limit, offset)
+        assert [r["row_id"] for r in doc["rows"]] == list(page.rows["row_id"]) == expected
+        assert doc["total"] == page.total == expected_total
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("score >= lots", r"filter 'score ≥ lots': column 'score': 'lots' is not a number"),
+        ("id = 1.5", r"column 'id': '1.5' is not a whole number"),
+        ('"name"" = 1 OR ""id" = x', r"unknown column 'name\" = 1 OR \"id'; columns are: row_id, id, name, city"),
+        ('name" = 1 OR "id', "cannot read the filter"),
+        ("city ~ Paris", "cannot read the filter 'city ~ Paris'"),
+        ("city in (Paris", "parentheses do not match"),
+    ],
+)
+def test_rows_where_refuses_with_one_line(capsys, shared: CliDataset, where: str, message: str) -> None:  # type: ignore[no-untyped-def]
+    assert_one_error_line(run(capsys, "--json", "dataset", "rows", "demo", "people", "--where", where), message)
+
+
+@pytest.mark.spark
+def test_rows_where_values_are_bound_not_sql(capsys, shared: CliDataset) -> None:  # type: ignore[no-untyped-def]
+    for where in ["city = Paris' OR '1'='1", "name contains %", "city in ('Paris'') OR 1=1 --', Lima)"]:
+        result = run(capsys, "--json", "dataset", "rows", "demo", "people", "--where", where)
+        assert result.code == 0, result.err
+        assert result.json()["total"] == 0 or where.endswith("Lima)")
+    lima = run(capsys, "--json", "dataset", "rows", "demo", "people", "--where", "city in ('Paris'') OR 1=1 --', Lima)")
+    assert {r["city"] for r in lima.json()["rows"]} == {"Lima"}
+
+
+@pytest.mark.spark
+def test_the_default_order_survives_a_merge(capsys, data_root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Page 1 in the default order is the same rows after edits to them are merged (keyed and keyless)."""
+    order = [17, 3, 29, 8, 1, 24, 12, 5, 30, 2, 19, 11, 26, 6, 14, 22, 9, 27, 4, 15]
+    order += [21, 10, 28, 7, 18, 13, 25, 16, 23, 20]
+    keyed = tmp_path / "keyed.csv"
+    keyed.write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in order))
+    keyless = tmp_path / "keyless.csv"
+    keyless.write_text("title,body\n" + "".join(f"t{i},b{i}\n" for i in order))
+    setup = [
+        ["project", "create", "demo"],
+        ["user", "add", "ed"],
+        ["user", "add", "al"],
+        ["member", "add", "demo", "ed", "--role", "editor"],
+        ["member", "add", "demo", "al", "--role", "approver"],
+        ["dataset", "create", "demo", "keyed", "--file", str(keyed), "--key", "id"],
+        ["dataset", "create", "demo", "keyless", "--file", str(keyless)],
+    ]
+    for args in setup:
+        assert run(capsys, *args).code == 0
+
+    def page(dataset: str, limit: int = 10) -> list[dict[str, Any]]:
+        result = run(capsys, "--json", "dataset", "rows", "demo", dataset, "--limit", str(limit))
+        assert result.code == 0, result.err
+        return result.json()["rows"]
+
+    def merge(dataset: str, *edits: str) -> None:
+        assert run(capsys, "edit", "demo", dataset, "--as", "ed", *edits).code == 0
+        submitted = run(capsys, "--json", "cr", "submit", "demo", dataset, "--as", "ed")
+        assert submitted.code == 0, submitted.err
+        approved = run(capsys, "--json", "cr", "approve", submitted.json()["cr_id"], "--as", "al")
+        assert approved.code == 0, approved.err
+
+    # Keyed: the key's order, not the file's.
+    before = page("keyed")
+    assert [r["id"] for r in before] == list(range(1, 11))
+    merge("keyed", "--set", "3", "name", "edited 3", "--set", "8", "name", "edited 8", "--set", "25", "name", "e25")
+    after = page("keyed")
+    assert [r["row_id"] for r in after] == [r["row_id"] for r in before]
+    assert [r["name"] for r in after if r["id"] in (3, 8)] == ["edited 3", "edited 8"]
+
+    # Keyless: the order rows were added (the file's order), then added rows last.
+    before = page("keyless")
+    assert [r["title"] for r in before] == [f"t{i}" for i in order[:10]]
+    second, fifth = before[1]["row_id"], before[4]["row_id"]
+    added = '{"title": "new"}'
+    merge("keyless", "--set", second, "body", "edited", "--set", fifth, "body", "edited", "--add-row", added)
+    after = page("keyless")
+    assert [r["row_id"] for r in after] == [r["row_id"] for r in before]
+    bodies = [f"b{i}" for i in order[:10]]
+    bodies[1] = bodies[4] = "edited"
+    assert [r["body"] for r in after] == bodies
+    everything = page("keyless", 100)
+    assert [r["title"] for r in everything] == [f"t{i}" for i in order] + ["new"]
+
+    # Rows an import appends follow, in the file's order.
+    more = tmp_path / "more.csv"
+    more.write_text("title,body\nzz,1\naa,2\nmm,3\n")
+    appended = run(capsys, "--json", "append", "demo", "keyless", "--file", str(more), "--as", "ed")
+    assert appended.code == 0, appended.err
+    assert run(capsys, "cr", "approve", appended.json()["cr_id"], "--as", "al").code == 0
+    everything = page("keyless", 100)
+    assert [r["title"] for r in everything] == [f"t{i}" for i in order] + ["new", "zz", "aa", "mm"]
+    assert [r["row_id"] for r in everything][:10] == [r["row_id"] for r in before]
+
+    # Pending edits are shown where the merge will put them, and filters see their new values.
+    edits = ["--set", "3", "name", "zzz", "--add-row", '{"id": 0}']
+    edit = run(capsys, "--json", "edit", "demo", "keyed", "--as", "ed", *edits)
+    assert edit.code == 0, edit.err
+    session = ["--as", "ed", "--session", edit.json()["session_id"]]
+
+    def overlaid(*args: str) -> dict[str, Any]:
+        result = run(capsys, "--json", "dataset", "rows", "demo", "keyed", *session, *args)
+        assert result.code == 0, result.err
+        return result.json()
+
+    first = overlaid("--limit", "3")
+    assert [(r["row_id"], r["_change"]) for r in first["rows"]] == [("0", "insert"), ("1", ""), ("2", "")]
+    assert first["total"] == 31
+    hit = overlaid("--where", "name starts with Z")
+    assert [(r["row_id"], r["_change"], r["_edited"]) for r in hit["rows"]] == [("3", "update", ["name"])]
+    assert hit["total"] == 1
+    assert overlaid("--where", "name = edited 3")["total"] == 0
+    assert [r["row_id"] for r in overlaid("--order-by", "name", "--desc", "--limit", "1")["rows"]] == ["3"]

@@ -134,7 +134,7 @@ def test_submitting_an_empty_session_is_refused_and_leaves_nothing(capsys, catal
 
 def test_wrong_type_and_unknown_cells_are_refused(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
     bad = run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "age", "old")
-    assert_one_error_line(bad, "'old' is not a valid BIGINT for column 'age'")
+    assert_one_error_line(bad, r"row '1', column 'age': 'old' is not a number \(BIGINT\)")
     assert_one_error_line(run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "99", "age", "1"), "unknown row")
     assert_one_error_line(
         run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "nope", "1"), "unknown column"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -669,6 +670,29 @@ def test_spark_failure_removes_every_folder_it_made(
     with pytest.raises(EngineError, match="executor lost"):
         create_dataset(demo, "demo", "people", source, key="id")
     assert made and not made[0].exists()
+    _assert_nothing_created(demo, data_root, refused_before_writing=False)
+
+
+def test_a_failed_first_create_keeps_the_logs_written_meanwhile(
+    demo: Catalog, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first create of a data root starts Spark, whose log is under it; a failure keeps that log."""
+    from core import logs
+
+    def spark_started_then_failed(layout, converted, commit) -> None:  # type: ignore[no-untyped-def]
+        os.write(fd := logs.open_spark_log(), b"ERROR executor lost\n")
+        os.close(fd)
+        (layout.main / "_delta_log").mkdir(parents=True)
+        raise EngineError("Spark could not write the main table: executor lost")
+
+    monkeypatch.setattr(datasets, "_write_main", spark_started_then_failed)
+    assert not data_root.exists()
+    source = _bytes(tmp_path / "ok.csv", b"id,name\n1,a\n")
+    with pytest.raises(EngineError, match="executor lost"):
+        create_dataset(demo, "demo", "people", source, key="id")
+
+    assert (data_root / "logs" / "spark.log").read_text() == "ERROR executor lost\n"
+    assert sorted(p.name for p in data_root.iterdir()) == ["logs"]
     _assert_nothing_created(demo, data_root, refused_before_writing=False)
 
 

@@ -26,7 +26,11 @@ def test_session_is_shared_and_configured(spark) -> None:  # type: ignore[no-unt
     assert conf.get("spark.sql.extensions") == engine.DELTA_EXTENSION
     assert conf.get("spark.sql.catalog.spark_catalog") == engine.DELTA_CATALOG
     assert conf.get("spark.ui.enabled") == "false"
-    assert "io.delta:delta-spark" in conf.get("spark.jars.packages")
+    # The Delta jars come from the folder `make jars` filled, never from Ivy at start.
+    jars = engine.offline_jars()
+    assert jars is not None, f"run `make jars`: no complete jar folder at {engine.jars_dir()}"
+    assert [Path(j.removeprefix("file:")).name for j in conf.get("spark.jars").split(",")] == [j.name for j in jars]
+    assert conf.get("spark.jars.packages", None) is None
     assert int(spark.conf.get("spark.sql.shuffle.partitions")) <= 4
 
 
@@ -68,13 +72,13 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
     """A real Spark Connect server with the Delta extension, on a free local port."""
     port = _free_port()
     log = tmp_path_factory.mktemp("connect") / "server.log"
-    packages = spark_packages()
+    jars = engine.offline_jars()
+    delta = ["--jars", ",".join(map(str, jars))] if jars is not None else ["--packages", engine.delta_packages()]
     cmd = [
         str(PYSPARK_HOME / "bin" / "spark-submit"),
         "--class",
         "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--packages",
-        packages,
+        *delta,
         "--conf",
         f"spark.sql.extensions={engine.DELTA_EXTENSION}",
         "--conf",
@@ -100,13 +104,6 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-
-
-def spark_packages() -> str:
-    from delta import configure_spark_with_delta_pip
-    from pyspark.sql import SparkSession
-
-    return str(configure_spark_with_delta_pip(SparkSession.builder)._options["spark.jars.packages"])
 
 
 def test_spark_remote_uses_spark_connect_with_the_same_code(connect_server: str, tmp_path: Path) -> None:
@@ -139,3 +136,82 @@ def test_spark_remote_uses_spark_connect_with_the_same_code(connect_server: str,
     assert sorted(reads.read_page(main, limit=10).rows["name"]) == ["ada", "grace", "linus"]
     meta = json.loads((main / "_delta_log" / "00000000000000000000.json").read_text().splitlines()[0])
     assert json.loads(meta["commitInfo"]["userMetadata"])["commit_id"] == doc["last_commit_id"]
+
+
+# ---------------------------------------------------------------- the Delta jars, resolved once
+
+
+def _jar_folder(folder: Path, packages: str | None = None) -> list[Path]:
+    folder.mkdir()
+    jars = [folder / "io.delta_delta-spark.jar", folder / "io.delta_delta-storage.jar"]
+    for i, jar in enumerate(jars):
+        jar.write_bytes(b"PK" * (i + 3))
+    manifest = {
+        "packages": packages or engine.delta_packages(),
+        "jars": [{"name": j.name, "size": j.stat().st_size} for j in jars],
+    }
+    (folder / engine.JARS_MANIFEST).write_text(json.dumps(manifest))
+    return jars
+
+
+def test_a_complete_jar_folder_is_used_as_spark_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    jars = _jar_folder(tmp_path / "jars")
+    monkeypatch.setenv("OREO_JARS_DIR", str(tmp_path / "jars"))
+
+    options = engine.with_delta_jars(SparkSession.Builder())._options
+
+    assert options["spark.jars"] == ",".join(map(str, jars))
+    assert "spark.jars.packages" not in options
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda folder: (folder / "io.delta_delta-storage.jar").unlink(),
+        lambda folder: (folder / "io.delta_delta-spark.jar").write_bytes(b"PK"),  # cut short
+        lambda folder: (folder / engine.JARS_MANIFEST).unlink(),
+        lambda folder: (folder / engine.JARS_MANIFEST).write_text("{not json"),
+    ],
+    ids=["a jar missing", "a jar of another size", "no manifest", "a broken manifest"],
+)
+def test_an_incomplete_jar_folder_falls_back_to_ivy_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, damage
+) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql import SparkSession
+
+    _jar_folder(tmp_path / "jars")
+    damage(tmp_path / "jars")
+    monkeypatch.setenv("OREO_JARS_DIR", str(tmp_path / "jars"))
+
+    with caplog.at_level("WARNING", logger="core.engine"):
+        options = engine.with_delta_jars(SparkSession.Builder())._options
+
+    assert options["spark.jars.packages"] == engine.delta_packages()
+    assert "spark.jars" not in options
+    assert "run `make jars` to start offline" in caplog.text
+
+
+def test_jars_of_another_delta_version_are_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _jar_folder(tmp_path / "jars", packages="io.delta:delta-spark_4.0_2.13:4.0.0")
+    monkeypatch.setenv("OREO_JARS_DIR", str(tmp_path / "jars"))
+
+    assert engine.offline_jars() is None
+
+
+def test_two_setups_at_once_resolve_the_jars_once_and_both_succeed(tmp_path: Path) -> None:
+    """`make run` and `make test` side by side: the lock makes the second wait, then find the folder ready."""
+    env = {**os.environ, "OREO_JARS_DIR": str(tmp_path / "oreo-jars"), "DELTA_DATA_ROOT": str(tmp_path / "delta")}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    script = [sys.executable, str(REPO / "scripts" / "fetch_jars.py")]
+    first = subprocess.Popen(script, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = subprocess.Popen(script, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outputs = [p.communicate(timeout=900) for p in (first, second)]
+
+    assert [p.returncode for p in (first, second)] == [0, 0], outputs
+    said = sorted("found" if "already in place" in o else "resolved" if "jars ready in" in o else o for o, _ in outputs)
+    assert said == ["found", "resolved"], outputs  # resolved by one, found complete by the other
+    jars = engine.offline_jars(tmp_path / "oreo-jars")
+    assert jars is not None and any(j.name.startswith("io.delta_delta-spark") for j in jars)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("oreo-jars.")] == []  # no staging left

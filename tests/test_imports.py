@@ -243,13 +243,101 @@ def test_an_incompatible_type_is_refused_naming_the_column_and_both_types(catalo
     _assert_nothing_left(catalog, "people")
 
 
-def test_a_double_into_a_bigint_column_is_refused(catalog: Catalog, tmp_path: Path) -> None:
-    source = _file(tmp_path, "bad.csv", "id,name,age\n30,X,30.5\n")
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_fraction_into_a_bigint_column_is_refused_naming_row_column_and_value(
+    catalog: Catalog, tmp_path: Path, mode: str
+) -> None:
+    source = _file(tmp_path, "bad.csv", "id,name,age\n30,X,30\n31,Y,1.5\n")
+    options = {"key": "id"} if mode == "upsert" else {}
 
-    with pytest.raises(InvalidInput, match=r"'age' is bigint in the table but double"):
+    with pytest.raises(InvalidInput, match=r"bad.csv data row 2, column 'age': '1.5' is not a whole number"):
+        imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"), mode=mode, **options)
+
+    _assert_nothing_left(catalog, "people")
+
+
+def test_text_that_looks_like_a_null_marker_stays_text(catalog: Catalog, tmp_path: Path) -> None:
+    source = _file(tmp_path, "na.csv", "id,name,zip,age,score\n40,NA,NULL,41,1.5\n41,nan,N/A,,\n")
+
+    cr, _ = imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
+
+    _approve(catalog, cr)
+    rows = _rows("people")
+    texts = (rows["40"]["name"], rows["40"]["zip"], rows["41"]["name"], rows["41"]["zip"])
+    assert texts == ("NA", "NULL", "nan", "N/A")
+    assert (rows["41"]["age"], rows["41"]["score"]) == (None, None)  # an empty field is NULL
+
+
+def test_whole_numbers_written_as_floats_go_into_a_bigint_column_exactly(catalog: Catalog, tmp_path: Path) -> None:
+    source = _file(tmp_path, "whole.csv", "id,name,age\n30,X,31.0\n31,Y,4e1\n")
+
+    cr, plan = imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
+
+    assert [c.status for c in plan.columns if c.name == "age"] == ["cast"]
+    assert plan.schema_changes == []
+    _approve(catalog, cr)
+    rows = _rows("people")
+    assert (rows["30"]["age"], rows["31"]["age"]) == (31, 40)
+    assert _types("people")["age"] == "BIGINT"
+
+
+def test_an_integer_a_double_cannot_hold_is_refused(catalog: Catalog, tmp_path: Path) -> None:
+    source = _file(tmp_path, "big.csv", "id,name,score\n30,X,7\n31,Y,9007199254740993\n")
+
+    with pytest.raises(InvalidInput, match=r"big.csv data row 2, column 'score': .*more digits than DOUBLE holds"):
         imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
 
     _assert_nothing_left(catalog, "people")
+
+
+def test_non_finite_floats_are_refused_unless_the_dataset_allows_them(catalog: Catalog, tmp_path: Path) -> None:
+    from core.datasets import set_dataset_settings
+
+    source = _file(tmp_path, "inf.csv", "id,name,score\n30,X,1.5\n31,Y,-inf\n")
+    with pytest.raises(InvalidInput, match=r"inf.csv data row 2, column 'score': -inf is not a finite number"):
+        imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
+    _assert_nothing_left(catalog, "people")
+
+    set_dataset_settings(catalog, "demo", "people", actor=get_user(catalog, "ada"), allow_non_finite=True)
+    cr, _ = imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
+    _approve(catalog, cr)
+    assert _rows("people")["31"]["score"] == float("-inf")
+
+
+def test_typed_columns_refuse_values_they_would_alter(catalog: Catalog, tmp_path: Path) -> None:
+    """A decimal with more scale than its column, a time part for a DATE, a zone for a timestamp without one."""
+    import datetime as dt
+    from decimal import Decimal
+
+    typed = tmp_path / "typed.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([1], pa.int64()),
+                "cost": pa.array([Decimal("1.10")], pa.decimal128(10, 2)),
+                "day": pa.array([dt.date(2024, 1, 1)], pa.date32()),
+            }
+        ),
+        typed,
+    )
+    create_dataset(catalog, "demo", "typed", typed, key="id", actor=get_user(catalog, "ada"))
+    ed = get_user(catalog, "ed")
+
+    scale = _file(tmp_path, "scale.csv", "id,cost\n2,1.5\n3,1.005\n")
+    with pytest.raises(InvalidInput, match=r"scale.csv data row 2, column 'cost': '1.005' has more than 2 decimal"):
+        imports.import_file(catalog, "demo", "typed", scale, actor=ed)
+    too_big = _file(tmp_path, "big.csv", "id,cost\n2,123456789.5\n")
+    with pytest.raises(InvalidInput, match=r"big.csv data row 1, column 'cost': '123456789.5' is too large"):
+        imports.import_file(catalog, "demo", "typed", too_big, actor=ed)
+    timed = _file(tmp_path, "timed.csv", "id,day\n2,2024-01-02 10:00:00\n")
+    with pytest.raises(InvalidInput, match=r"column 'day' is date in the table but timestamp in timed.csv"):
+        imports.import_file(catalog, "demo", "typed", timed, actor=ed)
+    _assert_nothing_left(catalog, "typed")
+
+    exact = _file(tmp_path, "exact.csv", "id,cost,day\n2,2.5,2024-01-02\n")
+    cr, _ = imports.import_file(catalog, "demo", "typed", exact, actor=ed)
+    _approve(catalog, cr)
+    assert _rows("typed")["2"]["cost"] == Decimal("2.50")
 
 
 def _assert_nothing_left(catalog: Catalog, dataset: str = "people") -> None:

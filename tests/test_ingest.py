@@ -128,18 +128,11 @@ def test_offset_csv_timestamps_are_converted_to_utc(tmp_path: Path) -> None:
             datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
             id="naive-ns",
         ),
-        # pandas writes nanoseconds; Spark keeps microseconds, so the extra digits are dropped.
-        pytest.param(
-            pa.timestamp("ns"),
-            1_704_164_645_123_456_789,
-            datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
-            id="naive-ns-precision",
-        ),
         pytest.param(
             pa.timestamp("ns", tz="Europe/Paris"),
-            1_704_164_645_123_456_789,
+            1_704_164_645_123_456_000,
             datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC),
-            id="paris-ns-precision",
+            id="paris-ns",
         ),
         pytest.param(
             pa.timestamp("us", tz="America/New_York"),
@@ -156,6 +149,14 @@ def test_parquet_timestamps_become_utc_microseconds(
     column = read_table_file(_parquet(tmp_path / "ts.parquet", source)).column("at")
     assert column.type == UTC_US
     assert column.to_pylist() == [expected, None]
+
+
+@pytest.mark.parametrize("arrow_type", [pa.timestamp("ns"), pa.timestamp("ns", tz="Europe/Paris")])
+def test_nanoseconds_that_would_be_cut_are_refused_naming_the_column(tmp_path: Path, arrow_type: pa.DataType) -> None:
+    # pandas writes nanoseconds; Spark keeps microseconds, so 789 ns would be cut without a word.
+    source = pa.table({"at": pa.array([1_704_164_645_123_456_789], pa.int64()).cast(arrow_type)})
+    with pytest.raises(InvalidFile, match=r"column 'at' .* microseconds"):
+        read_table_file(_parquet(tmp_path / "ts.parquet", source))
 
 
 def test_xlsx_datetimes_become_utc_microseconds(tmp_path: Path) -> None:

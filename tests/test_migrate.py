@@ -436,6 +436,10 @@ def test_missing_table(project: Catalog, dsn: str, data_root: Path) -> None:
         ("id int, span interval", r"column 'span' .* type interval"),
         ("id int, big numeric(40,2)", r"column 'big' .* numeric\(40,2\); Delta decimals hold at most 38 digits"),
         ('id int, "first name" text', r"column name 'first name' .* contains ' '"),
+        ('id int, "_op" text', r"column '_op' in public\.mig_\w+ has a name Oreo reserves"),
+        ('id int, "_changed" text', r"column '_changed' in public\.mig_\w+ has a name Oreo reserves"),
+        ('id int, "a`b" text', r"column 'a`b' in public\.mig_\w+ contains a backtick"),
+        ("id int, pos point", r"column 'pos' .* type point"),
     ],
 )
 def test_columns_delta_cannot_hold_are_refused_before_reading(

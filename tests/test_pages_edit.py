@@ -11,14 +11,20 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import editing
+from app import editing, filter_bar
 from app.components import status_badge
-from core import change_requests, sessions
+from app.formatting import display_value
+from core import auth, change_requests, datasets, sessions
 from core.catalog import Catalog
+from core.errors import InvalidInput
+from core.filters import Condition
 from core.reads import Column
-from core.sessions import DeleteRow, SetCell
+from core.sessions import AddRow, DeleteRow, SetCell
 from tests.page_support import (
+    APP,
+    PLANS,
     ROWS,
+    RULES,
     TABLE_PAGE,
     button_keys,
     copy_workspace,
@@ -86,19 +92,26 @@ def _expander_labels(at: AppTest) -> list[str]:
     return [e.label for e in at.expander]
 
 
-def test_editor_sees_the_grid_with_a_change_column_and_locked_ids(workspace: Catalog) -> None:
+def test_editor_sees_typed_columns_the_key_and_no_row_id(workspace: Catalog) -> None:
     at = signed_in("erin", TABLE_PAGE)
 
     editor = _editor(at)
-    assert editor.editing_mode == "delete"
+    # A fixed-size editor keeps its place across saves; rows are deleted by ticking "delete".
+    assert editor.editing_mode == "fixed"
     grid = editor.value
-    assert list(grid.columns[:3]) == [editing.MARK_COLUMN, "row_id", "order_id"]
+    assert list(grid.columns[:4]) == [editing.MARK_COLUMN, editing.DELETE_COLUMN, "row_id", "order_id"]
     assert list(grid["order_id"].astype(str)) == [order(i)["order_id"] for i in range(50)]
     assert set(grid[editing.MARK_COLUMN]) == {""}
     config = json.loads(editor.proto.columns)
     locked = {name for name, c in config.items() if c.get("disabled")}
-    assert locked == {"row_id", "order_id", editing.MARK_COLUMN}, config
-    assert "Pending edits (0)" in _expander_labels(at)
+    assert locked == {"order_id", editing.MARK_COLUMN}, config
+    # The key names the row (pinned, sorted ▲ by default); row_id is hidden.
+    assert config["row_id"].get("hidden") is True
+    assert config["order_id"]["pinned"] is True and config["order_id"]["label"] == "order_id ▲"
+    assert config["amount"]["type_config"]["type"] == "number"
+    assert config["plan"]["type_config"]["type"] == "text"
+    assert config[editing.DELETE_COLUMN]["type_config"]["type"] == "checkbox"
+    assert "Pending changes (0)" in _expander_labels(at)
     assert not [d for d in at.dataframe if d.editing_mode == "read_only"]
     # Nothing to submit or discard yet, and looking starts no session.
     assert at.button(key="table_submit").disabled
@@ -106,7 +119,7 @@ def test_editor_sees_the_grid_with_a_change_column_and_locked_ids(workspace: Cat
     assert sessions.current_session(workspace, "shop", "orders", actor=user(workspace, "erin")) is None
 
 
-def test_a_cell_edit_is_saved_at_once_and_overlaid(workspace: Catalog) -> None:
+def test_a_cell_edit_is_saved_at_once_and_the_grid_keeps_its_place(workspace: Catalog) -> None:
     at = signed_in("erin", TABLE_PAGE)
     first = _editor(at).key
 
@@ -118,14 +131,18 @@ def test_a_cell_edit_is_saved_at_once_and_overlaid(workspace: Catalog) -> None:
         ("1000", "plan", "free", "pro"),
         ("1002", "amount", "3.0", "9.25"),
     }
-    # A fresh editor shows the saved values with their marks; the edits are not sent again.
-    assert _editor(at).key != first
+    # The same editor (its scroll and selection) shows the saved values with their marks.
+    assert _editor(at).key == first
     assert _row(at, "1000")["plan"] == "pro"
     assert _row(at, "1000")[editing.MARK_COLUMN] == "✎ edited"
     assert _row(at, "1002")["amount"] == pytest.approx(9.25)
     assert _row(at, "1001")[editing.MARK_COLUMN] == ""
-    assert "Pending edits (2)" in _expander_labels(at)
+    assert "Pending changes (2)" in _expander_labels(at)
     assert not at.button(key="table_submit").disabled
+    # The editor's state still holds those edits: a rerun does not save them again.
+    at.run(timeout=120)
+    assert len(pending(workspace, "erin")) == 2
+    assert "Pending changes (2)" in _expander_labels(at)
 
     preview = _preview(at).value
     assert list(preview["order_id"].astype(str)) == ["1000", "1002"]
@@ -141,46 +158,80 @@ def test_a_cell_edit_is_saved_at_once_and_overlaid(workspace: Catalog) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"amount": "lots"}, "value 'lots' is not a valid DOUBLE for column 'amount'"),
+        ({"amount": "lots"}, "row '1000', column 'amount': 'lots' is not a number (DOUBLE); nothing was saved"),
         ({"order_id": 7}, "column 'order_id' identifies the row and cannot be edited"),
+        ({"plan": "x" * 2001}, "row '1000', column 'plan': 'xxxxx"),
     ],
-    ids=["wrong-type", "key-column"],
+    ids=["letters-in-a-number", "key-column", "too-long"],
 )
 def test_a_refused_edit_is_shown_and_not_saved(workspace: Catalog, changes: dict[str, Any], message: str) -> None:
     at = signed_in("erin", TABLE_PAGE)
+    first = _editor(at).key
 
     at = _grid_edit(at, edited_rows={0: changes})
 
     assert not at.exception
     assert has_text(at.error, message), texts(at.error)
     assert pending(workspace, "erin") == []
-    # The error stands under the grid; the rest of the page is still there.
-    assert "Pending edits (0)" in _expander_labels(at)
+    # The grid goes back to the stored values; the rest of the page is still there.
+    assert _editor(at).key != first
+    assert _row(at, "1000")["plan"] == "free"
+    assert "Pending changes (0)" in _expander_labels(at)
     assert "table_add_submit" in button_keys(at)
 
 
-def test_deleting_rows_in_the_grid_marks_them(workspace: Catalog) -> None:
+def test_an_emptied_cell_is_saved_only_when_confirmed_and_shows_as_empty(workspace: Catalog) -> None:
     at = signed_in("erin", TABLE_PAGE)
 
-    at = _grid_edit(at, deleted_rows=[1, 3])
+    # What the grid sends when letters typed into a number cell left it empty, or Delete was pressed.
+    at = _grid_edit(at, edited_rows={1: {"amount": None}})
+
+    assert not at.error, texts(at.error)
+    assert pending(workspace, "erin") == []
+    assert has_text(at.warning, "You emptied 1 cell(s): row `1001` · **amount** (was `1.5`). **Nothing is saved yet.**")
+    at.button(key="table_clear_no").click().run(timeout=120)
+    assert pending(workspace, "erin") == []
+    assert not has_text(at.warning, "You emptied")
+    assert _row(at, "1001")["amount"] == pytest.approx(1.5)
+
+    at = _grid_edit(at, edited_rows={1: {"amount": None}})
+    at.button(key="table_clear_yes").click().run(timeout=120)
+
+    assert [(e.row_id, e.column, e.old_value, e.new_value) for e in pending(workspace, "erin")] == [
+        ("1001", "amount", "1.5", None)
+    ]
+    assert "row `1001` · **amount**: `1.5` → `∅`" in " ".join(texts(at.markdown))
+    assert pd.isna(_row(at, "1001")["amount"])
+    assert _editor(at).proto.placeholder == "∅"
+
+
+def test_ticking_delete_marks_rows_and_unticking_takes_it_back(workspace: Catalog) -> None:
+    at = signed_in("erin", TABLE_PAGE)
+
+    at = _grid_edit(at, edited_rows={1: {editing.DELETE_COLUMN: True}, 3: {editing.DELETE_COLUMN: True}})
 
     assert not at.error, texts(at.error)
     assert {(e.row_id, e.change) for e in pending(workspace, "erin")} == {("1001", "delete"), ("1003", "delete")}
-    # Deleted rows stay on the page, marked, until the change is merged.
+    # Deleted rows stay on the page, marked and ticked, until the change is merged.
     assert _row(at, "1001")[editing.MARK_COLUMN] == "✖ deleted"
-    assert _row(at, "1003")[editing.MARK_COLUMN] == "✖ deleted"
+    assert bool(_row(at, "1003")[editing.DELETE_COLUMN]) is True
     styled = _styled_cells(at)
     assert all("line-through" in styled[(0, c)] for c in range(3))
 
+    at = _grid_edit(at, edited_rows={1: {editing.DELETE_COLUMN: False}})
+    assert {(e.row_id, e.change) for e in pending(workspace, "erin")} == {("1003", "delete")}
+    assert _row(at, "1001")[editing.MARK_COLUMN] == ""
 
-def test_pending_edits_are_listed_and_undone_one_by_one(workspace: Catalog) -> None:
+
+def test_pending_changes_are_listed_and_undone_one_by_one(workspace: Catalog) -> None:
     edit(workspace, "erin", SetCell("1000", "plan", "pro"), DeleteRow("1001"), SetCell("1004", "amount", "1"))
     at = signed_in("erin", TABLE_PAGE)
 
-    assert "Pending edits (3)" in _expander_labels(at)
+    assert "Pending changes (3)" in _expander_labels(at)
     listed = " ".join(texts(at.markdown))
     assert "row `1000` · **plan**: `free` → `pro`" in listed
     assert "row `1001` deleted" in listed
+    assert "row `1004` · **amount**: `6` → `1`" in listed  # numbers read as the grid shows them
     assert {"undo_1000_plan", "undo_1001_", "undo_1004_amount"} <= set(button_keys(at))
 
     at.button(key="undo_1000_plan").click().run(timeout=120)
@@ -191,15 +242,15 @@ def test_pending_edits_are_listed_and_undone_one_by_one(workspace: Catalog) -> N
     at.button(key="undo_1001_").click().run(timeout=120)
     assert {(e.row_id, e.column) for e in pending(workspace, "erin")} == {("1004", "amount")}
     assert _row(at, "1001")[editing.MARK_COLUMN] == ""
-    assert "Pending edits (1)" in _expander_labels(at)
+    assert "Pending changes (1)" in _expander_labels(at)
 
 
-def test_a_row_added_through_the_form_shows_on_the_last_page(workspace: Catalog) -> None:
+def test_a_row_added_through_the_typed_form_is_one_change_and_the_view_stays(workspace: Catalog) -> None:
     at = signed_in("erin", TABLE_PAGE)
 
     at.text_input(key="table_add_order_id").input("5000")
     at.text_input(key="table_add_plan").input("pro")
-    at.text_input(key="table_add_amount").input("12.5")
+    at.number_input(key="table_add_amount").set_value(12.5)
     at.button(key="table_add_submit").click().run(timeout=120)
 
     assert not at.error, texts(at.error)
@@ -209,13 +260,33 @@ def test_a_row_added_through_the_form_shows_on_the_last_page(workspace: Catalog)
         ("5000", "plan", "pro"),
         ("5000", "amount", "12.5"),
     }
-    assert at.pagination(key="table_page").value == 3
+    # One pending change with one undo; the view stays on page 1.
+    assert "Pending changes (1)" in _expander_labels(at)
+    assert has_text(
+        at.success, "Row `5000` added as one pending change; it is listed after the table's last row (page 3)"
+    )
+    assert at.pagination(key="table_page").value == 1
+    assert any(c.startswith(f"Rows **1–50** of **{ROWS + 1}**") for c in texts(at.caption))
+    # The form is empty again.
+    assert at.text_input(key="table_add_order_id_1").value == ""
+    assert at.text_input(key="table_add_plan_1").value == ""
+
+    at.button(key="undo_5000_").click().run(timeout=120)
+    assert pending(workspace, "erin") == []
+    assert "Pending changes (0)" in _expander_labels(at)
+
+
+def test_an_added_row_shows_on_the_last_page(workspace: Catalog) -> None:
+    edit(workspace, "erin", AddRow({"order_id": "5000", "plan": "pro"}))
+    at = signed_in("erin", TABLE_PAGE)
+
+    at.pagination(key="table_page").set_value(3).run(timeout=120)
+
     assert any(c.startswith(f"Rows **101–{ROWS + 1}** of **{ROWS + 1}**") for c in texts(at.caption))
     assert _row(at, "5000")[editing.MARK_COLUMN] == "＋ added"
+    assert pd.isna(_row(at, "5000")["amount"])
     styled = _styled_cells(at)
     assert "d8f5d0" in styled[(0, 0)]
-    # The form is empty again.
-    assert at.text_input(key="table_add_order_id").value == ""
 
 
 def test_adding_a_row_with_a_taken_key_is_refused(workspace: Catalog) -> None:
@@ -227,6 +298,84 @@ def test_adding_a_row_with_a_taken_key_is_refused(workspace: Catalog) -> None:
     assert has_text(at.error, "a row with key '1000' already exists"), texts(at.error)
     assert pending(workspace, "erin") == []
     assert at.text_input(key="table_add_order_id").value == "1000"
+
+
+def test_a_column_with_allowed_values_is_a_select_box(workspace: Catalog) -> None:
+    datasets.set_dataset_rules(workspace, "shop", "orders", RULES, actor=auth.SYSTEM)
+    at = signed_in("erin", TABLE_PAGE)
+
+    config = json.loads(_editor(at).proto.columns)
+    assert config["plan"]["type_config"]["type"] == "selectbox"
+    assert [o["value"] if isinstance(o, dict) else o for o in config["plan"]["type_config"]["options"]] == list(PLANS)
+    assert at.selectbox(key="table_add_plan").options == list(PLANS)
+
+
+def test_the_url_opens_the_same_page_and_sort(workspace: Catalog) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.session_state["oreo_username"] = "erin"
+    at.run(timeout=120)
+    at.switch_page(TABLE_PAGE)
+    at.query_params.update({"dataset": "shop/orders", "page": "2", "sort": "amount", "desc": "1"})
+    at.run(timeout=120)
+
+    assert not at.exception, at.exception
+    assert any(c.startswith(f"Rows **51–100** of **{ROWS}**") for c in texts(at.caption)), texts(at.caption)
+    amounts = list(_editor(at).value["amount"])
+    assert amounts == sorted(amounts, reverse=True)
+    assert amounts[0] == pytest.approx(float(order(ROWS - 51)["amount"]))
+    assert json.loads(_editor(at).proto.columns)["amount"]["label"] == "amount ▼"
+    assert at.selectbox(key="table_sort_col").value == "amount"
+
+    at.pagination(key="table_page").set_value(3).run(timeout=120)
+    assert at.query_params == {"dataset": "shop/orders", "page": "3", "sort": "amount", "desc": "1"}
+
+
+def test_filters_are_typed_anded_and_an_empty_result_names_the_filter(workspace: Catalog) -> None:
+    at = signed_in("erin", TABLE_PAGE)
+
+    at.selectbox(key="table_filter_col").select("amount").run(timeout=120)
+    at.selectbox(key="table_filter_op_amount").select("in").run(timeout=120)
+    at.text_input(key="table_filter_value_amount_in").input("1.5, lots").run(timeout=120)
+    at.button(key="table_filter_add").click().run(timeout=120)
+    assert has_text(at.error, "'lots' is not a number"), texts(at.error)
+    assert "table_filter_remove_0" not in button_keys(at)
+
+    at.selectbox(key="table_filter_op_amount").select("ge").run(timeout=120)
+    at.number_input(key="table_filter_value_amount_one").set_value(150).run(timeout=120)
+    at.button(key="table_filter_add").click().run(timeout=120)
+    assert not at.exception and not at.error, texts(at.error)
+    assert at.button(key="table_filter_remove_0").label == "amount ≥ 150"
+    assert any(c.startswith("Rows **1–20** of **20**") for c in texts(at.caption)), texts(at.caption)
+    assert at.query_params["f"].startswith("amount~ge~150")
+    # The row is empty again (new keys) for the next filter.
+    assert at.selectbox(key="table_filter_col_1").value is None
+
+    at.selectbox(key="table_filter_col_1").select("plan").run(timeout=120)
+    at.text_input(key="table_filter_value_plan_one_1").input("gold").run(timeout=120)
+    at.button(key="table_filter_add").click().run(timeout=120)
+    assert not at.exception, at.exception
+    assert has_text(at.info, "No rows: the filter **plan = gold** removed everything that the filters before it left")
+
+    at.button(key="table_filter_clear").click().run(timeout=120)
+    assert any(c.startswith(f"Rows **1–50** of **{ROWS}**") for c in texts(at.caption)), texts(at.caption)
+    assert "f" not in at.query_params
+
+
+def test_bad_url_parts_are_ignored_with_a_warning(workspace: Catalog) -> None:
+    at = AppTest.from_file(str(APP), default_timeout=120)
+    at.session_state["oreo_username"] = "erin"
+    at.run(timeout=120)
+    at.switch_page(TABLE_PAGE)
+    at.query_params.update({"dataset": "shop/orders", "page": "x", "sort": "nope", "f": ["plan~eq~pro", "garbage"]})
+    at.run(timeout=120)
+
+    assert not at.exception, at.exception
+    warnings = " ".join(texts(at.warning))
+    assert "page 'x' is not a page number" in warnings
+    assert "cannot sort by unknown column 'nope'" in warnings
+    assert "not a filter: 'garbage'" in warnings
+    assert at.button(key="table_filter_remove_0").label == "plan = pro"
+    assert any(f"of **{ROWS // 4}**" in c for c in texts(at.caption)), texts(at.caption)
 
 
 def test_submit_dialog_creates_a_change_request(workspace: Catalog) -> None:
@@ -255,7 +404,7 @@ def test_submit_dialog_creates_a_change_request(workspace: Catalog) -> None:
     # The dialog closed, and the user starts over in a new, empty session.
     assert "submit_confirm" not in button_keys(at)
     assert pending(workspace, "erin") == []
-    assert "Pending edits (0)" in _expander_labels(at)
+    assert "Pending changes (0)" in _expander_labels(at)
     assert _row(at, "1000")["plan"] == "free"
 
 
@@ -290,7 +439,7 @@ def test_each_user_sees_only_their_own_session(workspace: Catalog) -> None:
 
     assert _row(at, "1000")["plan"] == "free"
     assert _row(at, "1000")[editing.MARK_COLUMN] == ""
-    assert "Pending edits (0)" in _expander_labels(at)
+    assert "Pending changes (0)" in _expander_labels(at)
 
 
 # ---------------------------------------------------------------- app/editing.py, no Spark needed
@@ -308,8 +457,9 @@ TYPES = {"row_id": "VARCHAR", "name": "VARCHAR", "n": "BIGINT", "x": "DOUBLE", "
         (2.5, "x", "2.5"),
         (True, "ok", "true"),
         (False, "ok", "false"),
-        ("", "name", ""),
+        ("", "name", None),
         ("", "n", None),
+        ("2024-05-01T10:00:00.000", "day", "2024-05-01T10:00:00.000"),
         ("2024-05-01T00:00:00.000", "day", "2024-05-01"),
         ("2024-05-01", "day", "2024-05-01"),
         ("hello", "name", "hello"),
@@ -319,16 +469,99 @@ def test_cell_text(value: Any, column: str, text: str | None) -> None:
     assert editing.cell_text(value, TYPES[column]) == text
 
 
-def test_grid_ops_maps_positions_to_row_ids() -> None:
-    frame = pd.DataFrame({editing.MARK_COLUMN: ["", "", ""], "row_id": ["a", "b", "c"], "n": [1, 2, 3]})
+def test_grid_changes_maps_positions_and_holds_back_emptied_cells() -> None:
+    frame = pd.DataFrame(
+        {
+            editing.MARK_COLUMN: ["", "", "", ""],
+            editing.DELETE_COLUMN: [False, False, False, True],
+            "row_id": ["a", "b", "c", "d"],
+            "n": pd.array([1, 2, None, 4], dtype="Int64"),
+        }
+    )
     state = {
-        "edited_rows": {"2": {"n": 9, editing.MARK_COLUMN: "x", "row_id": "z"}, 0: {"n": None}},
-        "deleted_rows": [1, 7],
-        "added_rows": [{"n": 1}],
+        "edited_rows": {
+            "2": {"n": 9, editing.MARK_COLUMN: "x", "row_id": "z"},
+            0: {"n": None},  # had 1: a clear, to confirm
+            1: {editing.DELETE_COLUMN: True},
+            3: {editing.DELETE_COLUMN: False},
+            7: {"n": 1},
+        },
     }
 
-    assert editing.grid_ops(state, frame, TYPES) == [SetCell("a", "n", None), SetCell("c", "n", "9"), DeleteRow("b")]
+    changes = editing.grid_changes(state, frame, TYPES)
+
+    assert changes.ops == [DeleteRow("b"), SetCell("c", "n", "9"), sessions.UndoCell("d", None)]
+    assert changes.clears == [SetCell("a", "n", None)]
+    # An empty cell sent empty again is no change at all.
+    assert editing.grid_changes({"edited_rows": {2: {"n": None}}}, frame, TYPES) == editing.GridChanges()
     assert editing.grid_ops({}, frame, TYPES) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "duck_type", "shown"),
+    [
+        (None, "DOUBLE", "∅"),
+        (float("nan"), "DOUBLE", "∅"),
+        (pd.NA, "BIGINT", "∅"),
+        (pd.NaT, "TIMESTAMP", "∅"),
+        (12.0, "DOUBLE", "12"),
+        (12.123456, "DOUBLE", "12.1235"),
+        ("3.0", "DOUBLE", "3"),
+        ("9.25", "DOUBLE", "9.25"),
+        (100001, "BIGINT", "100001"),
+        (7.0, "BIGINT", "7"),
+        (True, "BOOLEAN", "true"),
+        (__import__("datetime").date(2024, 5, 1), "DATE", "2024-05-01"),
+        (pd.Timestamp("2024-05-01 10:30:00"), "TIMESTAMP", "2024-05-01 10:30:00"),
+        ("2024-05-01T10:30:00", "TIMESTAMP", "2024-05-01 10:30:00"),
+        (__import__("decimal").Decimal("12.50"), "DECIMAL(10,2)", "12.50"),
+        ("", "VARCHAR", ""),
+        ("Zoë", "VARCHAR", "Zoë"),
+    ],
+)
+def test_display_value_is_the_same_everywhere(value: Any, duck_type: str, shown: str) -> None:
+    assert display_value(value, duck_type) == shown
+
+
+def test_column_rules_read_the_suite_and_long_text_is_refused() -> None:
+    rules = editing.column_rules(
+        {
+            "expectations": [
+                {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "plan", "value_set": ["a", "b"]}},
+                {"type": "expect_column_value_lengths_to_be_between", "kwargs": {"column": "name", "max_value": 5}},
+                {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "row_id"}},
+            ]
+        }
+    )
+    assert rules == {"plan": editing.ColumnRule(value_set=("a", "b")), "name": editing.ColumnRule(max_length=5)}
+
+    editing.check_lengths({"name": "12345", "n": 123456}, rules, TYPES, "r1")
+    with pytest.raises(
+        InvalidInput, match=r"row 'r1', column 'name': '123456' has 6 characters, more than the 5 allowed"
+    ):
+        editing.check_lengths({"name": "123456"}, rules, TYPES, "r1")
+    with pytest.raises(InvalidInput, match="more than the 2,000 allowed"):
+        editing.check_lengths({"other": "x" * 2001}, rules, {"other": "VARCHAR"}, "r1")
+
+
+def test_a_table_query_round_trips_through_its_url() -> None:
+    query = filter_bar.TableQuery(
+        "demo/customers",
+        3,
+        "country",
+        True,
+        (Condition("country", "eq", ("France",)), Condition("age", "between", ("18", "65"))),
+    )
+    params = query.to_params()
+    assert params["page"] == "3" and params["desc"] == "1" and len(params["f"]) == 2
+
+    read, problems = filter_bar.query_from_url(params, datasets=["demo/customers"])
+    assert (read, problems) == (query, [])
+    checked, problems = filter_bar.check_query(read, {"country": "VARCHAR"})
+    assert checked.conditions == (Condition("country", "eq", ("France",)),)
+    assert problems and "unknown column 'age'" in problems[0]
+    _, problems = filter_bar.query_from_url({"dataset": "other/x", "desc": "2"}, datasets=["demo/customers"])
+    assert problems == ["dataset 'other/x' does not exist or you have no access to it", "desc='2' is not 0 or 1"]
 
 
 def test_grid_frame_types_columns_and_marks_changes() -> None:

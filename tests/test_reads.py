@@ -118,3 +118,92 @@ def test_duckdb_reads_deletes_and_updates_by_spark(spark, tmp_path: Path) -> Non
     assert reads.count_rows(path, version=0) == 1000
     with pytest.raises(NotFound):
         reads.count_rows(path, version=99)
+
+
+# ---------------------------------------------------------------- ordered pages, overlays, the stable order
+
+
+def _delta_rs_table(path: Path, rows: dict[str, list[object]]) -> Path:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(path), pa.table(rows))
+    return path
+
+
+def test_an_ordered_page_is_right_when_row_id_repeats(tmp_path: Path) -> None:
+    # The two-step read looks rows up by row_id; where row_id is not unique it must fall back.
+    path = _delta_rs_table(tmp_path / "dupes", {"row_id": ["a", "a", "b", "c"], "n": [4, 1, 2, 3]})
+    page = reads.read_page(path, order_by="n", limit=2, offset=1)
+    assert list(page.rows["n"]) == [2, 3]
+    assert list(reads.read_page(path, order_by="n", descending=True, limit=10).rows["n"]) == [4, 3, 2, 1]
+
+
+def test_ordered_pages_cover_the_table_once(tmp_path: Path) -> None:
+    n = 250
+    ids = [f"r{(i * 37) % n:04d}" for i in range(n)]  # stored out of order
+    path = _delta_rs_table(
+        tmp_path / "many",
+        {
+            "row_id": ids,
+            "k": [int(i[1:]) % 17 for i in ids],
+            "v": [None if int(i[1:]) % 9 == 0 else int(i[1:]) for i in ids],
+        },
+    )
+    for order_by, descending in [("k", False), ("v", True), (None, False)]:
+        got = [
+            r
+            for o in range(0, n, 40)
+            for r in reads.read_page(
+                path, order_by=order_by, descending=descending, default_order=["row_id"], limit=40, offset=o
+            ).rows["row_id"]
+        ]
+        assert sorted(got) == sorted(ids) and len(set(got)) == n
+        if order_by is None:
+            assert got == sorted(ids)
+
+
+def test_an_overlay_replaces_and_adds_rows_that_filter_and_sort_like_stored_ones(tmp_path: Path) -> None:
+    from core.filters import parse_where
+
+    path = _delta_rs_table(
+        tmp_path / "base", {"row_id": ["1", "2", "3", "4"], "k": [1, 2, 3, 4], "name": ["a", "b", "c", "d"]}
+    )
+    rows = {"2": {"row_id": "2", "k": "2", "name": "zed"}, "9": {"row_id": "9", "k": "0", "name": "new"}}
+    overlay = reads.Overlay(rows, added=1)
+    for given in (overlay, reads.Overlay(rows, added=1, key="k")):  # replaced rows found by row_id, or by key
+        page = reads.read_page(path, default_order=["k"], overlay=given, known_total=4)
+        assert list(page.rows["row_id"]) == ["9", "1", "2", "3", "4"] and page.total == 5
+        assert list(page.rows["name"]) == ["new", "a", "zed", "c", "d"]
+        assert reads.read_page(path, default_order=["k"], overlay=given).total == 5  # counted
+    assert page.rows["k"].dtype.kind == "i"  # cast back to the column's type
+    hits = reads.read_page(path, conditions=[parse_where("name >= n")], order_by="name", overlay=overlay)
+    assert list(hits.rows["row_id"]) == ["9", "2"] and hits.total == 2
+    gone = [parse_where("name = b")]
+    assert reads.read_page(path, conditions=gone, overlay=overlay).total == 0
+    assert reads.first_emptying_condition(path, gone, overlay=overlay) == gone[0]
+    assert reads.first_emptying_condition(path, gone) is None
+
+
+def test_stable_order_is_the_key_else_row_id() -> None:
+    from core.datasets import DatasetInfo, stable_order
+
+    def info(key: str | None) -> DatasetInfo:
+        return DatasetInfo("p", "d", key, 0, 0, None, None, "ann", "/nowhere")
+
+    assert stable_order(info("customer_id")) == ["customer_id"]
+    assert stable_order(info(None)) == ["row_id"]
+    assert stable_order(info("row_id")) == ["row_id"]
+
+
+def test_new_row_ids_are_uuid7_in_the_order_they_were_made() -> None:
+    import uuid
+
+    from core.datasets import time_ordered_ids
+
+    first = time_ordered_ids(1000)
+    later = time_ordered_ids(3)
+    ids = first + later
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert {uuid.UUID(i).version for i in ids} == {7}
+    assert all(str(uuid.UUID(i)) == i for i in ids)

@@ -170,8 +170,8 @@ def test_unkeyed_dataset_rows_get_uuids(ctx: Ctx) -> None:
     [
         (SetCell("nope", "name", "x"), NotFound, "unknown row 'nope'"),
         (SetCell("1", "nope", "x"), NotFound, "unknown column 'nope'"),
-        (SetCell("1", "age", "abc"), InvalidInput, "'abc' is not a valid BIGINT for column 'age'"),
-        (SetCell("1", "joined", "tomorrow"), InvalidInput, "not a valid DATE"),
+        (SetCell("1", "age", "abc"), InvalidInput, r"row '1', column 'age': 'abc' is not a number \(BIGINT\)"),
+        (SetCell("1", "joined", "tomorrow"), InvalidInput, "'tomorrow' is not a date"),
         (SetCell("1", "id", "7"), InvalidInput, "identifies the row and cannot be edited"),
         (AddRow({"name": "no key"}), InvalidInput, "needs a value for the key column 'id'"),
         (AddRow({"id": 1}), InvalidInput, "a row with key '1' already exists"),
@@ -224,7 +224,7 @@ def test_cli_edit_and_session_show(ctx: Ctx, capsys: pytest.CaptureFixture[str])
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--set", "1", "age", "old"], 1, "error: value 'old' is not a valid BIGINT for column 'age'"),
+        (["--set", "1", "age", "old"], 1, "error: row '1', column 'age': 'old' is not a number"),
         (["--set", "1", "age"], 2, "--set needs ROW_ID COLUMN VALUE"),
         (["--add-row", "[1]"], 2, "must be a JSON object"),
         (["--bogus"], 2, "unexpected argument"),
@@ -388,3 +388,25 @@ def test_row_locator_honours_deletion_vectors_and_versions(spark, tmp_path: Path
         assert located == scanned
     assert "10" not in located and located["15"]["id"] == "-15"
     assert located["15"]["at"] == scanned["15"]["at"] == "2024-05-06 07:08:09+00"
+
+
+def test_an_added_row_is_one_pending_change_with_one_undo(ctx: Ctx) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(
+        ctx.catalog,
+        sid,
+        [AddRow({"id": 77, "name": "new", "age": "41", "joined": "2024-02-29"}), SetCell("2", "age", "30")],
+        actor=ctx.ed,
+    )
+    # A cell typed into the new row later belongs to the same change.
+    sessions.apply_edits(ctx.catalog, sid, [SetCell("77", "score", "2.5")], actor=ctx.ed)
+
+    changes = sessions.pending_changes(ctx.edits())
+    assert [(c.row_id, c.change, c.column) for c in changes] == [("2", "update", "age"), ("77", "insert", None)]
+    (added,) = [c for c in changes if c.change == "insert"]
+    assert dict(added.values) == {"id": "77", "name": "new", "age": "41", "joined": "2024-02-29", "score": "2.5"}
+
+    sessions.apply_edits(ctx.catalog, sid, [added.undo], actor=ctx.ed)
+
+    assert [(c.row_id, c.change) for c in sessions.pending_changes(ctx.edits())] == [("2", "update")]
+    assert {e.row_id for e in ctx.edits()} == {"2"}

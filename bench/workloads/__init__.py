@@ -12,6 +12,7 @@ from bench.workloads import (
     edit_save,
     history_list,
     migrate_postgres,
+    page_filter,
     page_read,
     restore,
     version_diff,
@@ -21,6 +22,7 @@ Workload = Callable[[BenchConfig], WorkloadResult]
 
 WORKLOADS: dict[str, Workload] = {
     page_read.NAME: page_read.run,
+    page_filter.NAME: page_filter.run,
     edit_save.NAME: edit_save.run,
     approve.NAME: approve.run,
     diff_page.NAME: diff_page.run,

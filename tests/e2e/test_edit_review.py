@@ -34,14 +34,15 @@ SLOW_MS = 600_000  # staging with Spark, GX and a Spark MERGE on a busy 2-core m
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 PLANS = ["free", "starter", "pro", "enterprise"]
 # Replaces the demo's default suite: ids stay critical, and a plan outside the known ones is a warning.
+# (A regex, not a value set: a column with a value set is a select box in the grid.)
 RULES = {
     "name": "customers",
     "expectations": [
         {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "row_id"}, "severity": "critical"},
         {"type": "expect_column_values_to_be_unique", "kwargs": {"column": "row_id"}, "severity": "critical"},
         {
-            "type": "expect_column_values_to_be_in_set",
-            "kwargs": {"column": "plan", "value_set": PLANS},
+            "type": "expect_column_values_to_match_regex",
+            "kwargs": {"column": "plan", "regex": f"^({'|'.join(PLANS)})$"},
             "severity": "warning",
         },
     ],
@@ -112,7 +113,8 @@ def editor(page: Page) -> Locator:
 
 
 def column_index(grid: Locator, name: str) -> int:
-    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}$"))
+    # The server's sort column carries ▲ or ▼ after its name.
+    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}( [▲▼])?$"))
     return int(header.get_attribute("aria-colindex") or 0)
 
 
@@ -131,8 +133,8 @@ def cell_centre(page: Page, row: int, name: str) -> tuple[float, float]:
     target = column_index(grid, name)
     box = grid.locator("canvas").first.bounding_box()
     assert box is not None
-    # The read-only "change" column comes right after the narrow row-marker column.
-    page.mouse.click(box["x"] + 50, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
+    # The first column is the pinned key (read-only): a click there selects without editing.
+    page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
     selected = grid.locator("td[aria-selected='true']")
     expect(selected).to_have_attribute("aria-colindex", "1")
     for _ in range(target - 1):
@@ -231,8 +233,8 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     type_into_cell(page, 2, "first_name", "Zoë")
 
     expect(marker(page, 1)).to_have_text("")
-    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="pending edit")).to_contain_text(
-        "2 pending edit(s)"
+    expect(page.get_by_test_id("stCaptionContainer").filter(has_text="pending change")).to_contain_text(
+        "2 pending change(s)"
     )
     # The read-only preview repeats the two changed rows, highlighted.
     preview = page.locator(".st-key-table_preview [data-testid='stDataFrame']")
@@ -269,7 +271,7 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     assert rows == {("plan", old_plan, "platinum"), ("first_name", old_name, "Zoë")}
     checks = page.locator(".st-key-review_checks")
     expect(checks).to_contain_text(re.compile(r"Data checks: .*warning"))
-    expect(checks).to_contain_text("expect_column_values_to_be_in_set")
+    expect(checks).to_contain_text("expect_column_values_to_match_regex")
     expect(checks).to_contain_text("on plan · 1 unexpected value(s)")
     expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
 

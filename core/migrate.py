@@ -54,7 +54,7 @@ from core.auth import SYSTEM, Role, User, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow
 from core.config import get_settings
 from core.errors import AlreadyExists, EngineError, InvalidFile, InvalidInput, NotFound, OreoError
-from core.ingest import check_column_names, check_input_file, normalise_types
+from core.ingest import check_column_names, check_input_file, normalise_types, read_input_file
 from core.layout import validate_id
 
 if TYPE_CHECKING:
@@ -846,7 +846,9 @@ def _read_parquet_files(files: list[Path], schema: pa.Schema) -> pa.Table:
     tables = []
     for path in files:
         try:
-            tables.append(pq.read_table(path, schema=schema))
+            # Bounded like every user file: one that grew since the size check stops at the limit.
+            data = read_input_file(path, max_bytes=get_settings().max_upload_mb * 2**20)
+            tables.append(pq.read_table(pa.BufferReader(data), schema=schema))
         except (pa.ArrowException, OSError) as exc:
             raise InvalidFile(
                 f"{path.name} is not a readable Parquet file: {_first_line(exc)}", path=str(path)

@@ -692,7 +692,7 @@ def test_parquet_folder_refusals(project: Catalog, tmp_path: Path, data_root: Pa
         migrate.migrate_parquet(project, write_folder(tmp_path / "k", [good]), PROJECT, "d", key="nope")
 
     big = write_folder(tmp_path / "big", [pa.table({"id": pa.array([2**64 - 1], type=pa.uint64())})])
-    with pytest.raises(InvalidInput, match=r"cannot be stored in Delta"):
+    with pytest.raises(InvalidInput, match=r"column 'id' is uint64 with values that do not fit bigint exactly"):
         migrate.migrate_parquet(project, big, PROJECT, "d")
     assert_nothing_created(project, data_root, "d")
 

@@ -130,7 +130,7 @@ def filter_rows(page: Page, prefix: str, column: str, value: str) -> None:
 
 
 def column_index(grid: Locator, name: str) -> int:
-    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}$"))
+    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}( [▲▼])?$"))
     return int(header.get_attribute("aria-colindex") or 0)
 
 

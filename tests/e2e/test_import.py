@@ -72,7 +72,7 @@ def grid(page: Page, key: str) -> Locator:
 
 
 def column_index(grid: Locator, name: str) -> int:
-    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}$"))
+    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}( [▲▼])?$"))
     expect(header).to_have_count(1)
     return int(header.get_attribute("aria-colindex") or 0)
 

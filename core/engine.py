@@ -176,8 +176,8 @@ def get_spark() -> SparkSession:
             except Exception as exc:  # JVM/gateway/gRPC failures have no common base class
                 text = str(exc).strip()
                 error = EngineError(f"could not start Spark: {text.splitlines()[0] if text else type(exc).__name__}")
-                # The JVM says why in its log; keep its last lines with the error, because a
-                # failed first `dataset create` removes the data root it made, logs/ included.
+                # The JVM says why in its log; keep its last lines with the error, so the reason
+                # travels with it (into oreo.log and to callers that show it).
                 tail = logs.tail(logs.spark_log(), since=logged_before)
                 if tail:
                     error.add_note(f"last lines of {logs.spark_log()}:\n{tail}")

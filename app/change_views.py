@@ -11,7 +11,7 @@ import streamlit as st
 
 from app.components import SEVERITY_BADGES, catalog, status_badge
 from app.formatting import display_value
-from core import change_requests, datasets
+from core import change_requests
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -53,7 +53,7 @@ def _styled(frame: pd.DataFrame) -> Styler:
     return frame.style.apply(style_row, axis=1)
 
 
-def diff_table(cr_id: str, user: User, *, key: str) -> None:
+def diff_table(cr_id: str, user: User, *, key: str, types: Mapping[str, str] | None = None) -> None:
     """The request's cell-level diff, ``DIFF_PAGE`` entries per page, paged on the server."""
     page_key = f"{key}_page"
     if st.session_state.get(f"{key}_for") != cr_id:  # another request starts at page 1
@@ -63,9 +63,6 @@ def diff_table(cr_id: str, user: User, *, key: str) -> None:
     diff = change_requests.diff_change_request(
         catalog(), cr_id, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
     )
-    cr = change_requests.get_change_request(catalog(), cr_id, actor=user)
-    info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
-    types = {c.name: c.type for c in datasets.dataset_columns(info)}
     changes_table(diff.changes, diff.total, page_no=page_no, key=key, types=types)
 
 

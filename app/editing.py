@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.formatting import display_value, is_empty
+from app.formatting import display_value, is_empty, shortened
 from core.errors import InvalidInput
 from core.sessions import CHANGE_COLUMN, EDITED_COLUMN, DeleteRow, EditOp, SetCell, UndoCell
 from core.values import INTEGER_RANGES, decimal_shape, type_family
@@ -270,7 +270,7 @@ def check_lengths(
         rule = rules.get(column)
         limit = rule.max_length if rule and rule.max_length else DEFAULT_MAX_TEXT
         if len(value) > limit:
-            shown = value if len(value) <= 40 else value[:39] + "…"
+            shown = shortened(value, 40)
             raise InvalidInput(
                 f"row {row!r}, column {column!r}: {shown!r} has {len(value):,} characters, more than the "
                 f"{limit:,} allowed; nothing was saved",

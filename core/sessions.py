@@ -470,12 +470,8 @@ class UndoCell:
 EditOp = SetCell | AddRow | DeleteRow | UndoCell
 
 
-def _canonical(
-    value: Any, column: str, duck_type: str, row_id: str | None = None, dataset: DatasetInfo | None = None
-) -> str | None:
-    """``value`` as the text DuckDB prints for it in ``duck_type``; refuse what doesn't fit exactly."""
-    allow = dataset is not None and dataset_settings(dataset.project_id, dataset.dataset_id).allow_non_finite
-    return canonical_text(value, column=column, duck_type=duck_type, row_id=row_id, allow_non_finite=allow)
+def _allow_non_finite(dataset: DatasetInfo) -> bool:
+    return dataset_settings(dataset.project_id, dataset.dataset_id).allow_non_finite
 
 
 def _main_values(
@@ -633,7 +629,9 @@ def _set_cell(
             f"column {op.column!r} identifies the row and cannot be edited; delete the row and add a new one",
             field=op.column,
         )
-    value = _canonical(op.value, op.column, duck_type, op.row_id, dataset)
+    value = canonical_text(
+        op.value, column=op.column, duck_type=duck_type, row_id=op.row_id, allow_non_finite=_allow_non_finite(dataset)
+    )
     if op.row_id in inserted:
         return _event(info, actor, op.row_id, op.column, None, value)
     original = _require_row(base, op.row_id, dataset)[op.column]
@@ -649,7 +647,11 @@ def _add_row(
     values.pop("row_id", None)
     for column in values:
         _require_column(schema, column)
-    canonical = {c: _canonical(v, c, schema[c], "(new row)", dataset) for c, v in values.items()}
+    allow = _allow_non_finite(dataset)  # the settings file is read once per row, not once per value
+    canonical = {
+        c: canonical_text(v, column=c, duck_type=schema[c], row_id="(new row)", allow_non_finite=allow)
+        for c, v in values.items()
+    }
     if dataset.key_column:
         row_id = canonical.get(dataset.key_column)
         if row_id is None:

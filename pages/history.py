@@ -194,7 +194,7 @@ def change_request_panel(version: Version) -> None:
             st.markdown("Schema changes:\n" + "\n".join(f"- {schema_change_line(c)}" for c in record.schema_changes))
         for comment in change_requests.comments(catalog(), record.id, actor=user):
             st.caption(f"{comment.author} · {comment.ts:%Y-%m-%d %H:%M}: {comment.body}")
-        diff_table(record.id, user, key="history_cr_diff")
+        diff_table(record.id, user, key="history_cr_diff", types=column_types())
 
 
 def readable(version: Version) -> bool:

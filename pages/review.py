@@ -192,7 +192,7 @@ with oreo_errors():
 
     with st.container(key="review_changes"):
         st.subheader("Changes", anchor=False)
-        diff_table(cr.id, user, key="review_diff")
+        diff_table(cr.id, user, key="review_diff", types={c.name: c.type for c in datasets.dataset_columns(info)})
 
     with st.container(key="review_checks"):
         st.subheader("Data checks", anchor=False)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 CONDITIONS_KEY = "table_conditions"
 MIN_DATE = dt.date(1900, 1, 1)
 MAX_DATE = dt.date(2200, 12, 31)
+# Integer types a browser number input holds exactly (JavaScript numbers are exact up to 2**53);
+# wider columns take text, checked exactly by core.
+SAFE_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT", "UINTEGER"})
 _COMPARE: tuple[Op, ...] = ("eq", "ne", "lt", "le", "gt", "ge", "between", "in", "is_empty", "is_not_empty")
 _TEXT: tuple[Op, ...] = ("eq", "ne", "contains", "starts_with", "in", "lt", "le", "gt", "ge", "between",
                          "is_empty", "is_not_empty")  # fmt: skip
@@ -167,8 +170,10 @@ def _value_widget(slot: Any, column: Column, rule: ColumnRule | None, op: Op, ke
         return slot.text_input(label, key=key, placeholder="a, b, c", help="Values separated by commas")
     if family == "date":
         return slot.date_input(label, value=None, min_value=MIN_DATE, max_value=MAX_DATE, format="YYYY-MM-DD", key=key)
-    if family == "integer":
+    if family == "integer" and column.type.upper() in SAFE_INTEGER_TYPES:
         return slot.number_input(label, value=None, step=1, format="%d", key=key, placeholder="a whole number")
+    if family == "integer":
+        return slot.text_input(label, key=key, placeholder="a whole number")
     if family == "float":
         return slot.number_input(label, value=None, step=1.0, format="%g", key=key, placeholder="a number")
     if family == "boolean":

@@ -44,8 +44,6 @@ NATURAL = "(table order)"
 ROW_PX = 35
 MAX_GRID_PX = 900
 PENDING_SHOWN = 100
-# Integer types a browser number input holds exactly (JavaScript numbers are exact up to 2**53).
-SAFE_INTEGER_TYPES = frozenset({"TINYINT", "SMALLINT", "INTEGER", "UTINYINT", "USMALLINT", "UINTEGER"})
 CLEARS_KEY = "table_clears"
 URL_KEY = "table_url"
 # The grid's header row is covered so a click cannot sort only the visible page; the
@@ -182,13 +180,12 @@ def add_row_input(slot: Any, column: reads.Column, rule: editing.ColumnRule | No
             label, value=None, min_value=filter_bar.MIN_DATE, max_value=filter_bar.MAX_DATE, format="YYYY-MM-DD",
             key=key,
         )  # fmt: skip
-    if family == "integer" and column.type.upper() in SAFE_INTEGER_TYPES:
+    if family == "integer" and column.type.upper() in filter_bar.SAFE_INTEGER_TYPES:
         low, high = INTEGER_RANGES[column.type.upper()]
         return slot.number_input(
             label, value=None, min_value=low, max_value=high, step=1, format="%d", key=key, placeholder="whole number"
         )
     if family == "integer":
-        # A browser number holds integers exactly only up to 2**53: wider columns take text, checked exactly by core.
         return slot.text_input(label, key=key, placeholder="whole number")
     if family == "float":
         return slot.number_input(label, value=None, step=1.0, format="%g", key=key, placeholder="number")

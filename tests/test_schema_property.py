@@ -6,7 +6,7 @@ import csv
 import datetime as dt
 import math
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,9 @@ def _ints(arrow: pa.DataType, stored: pa.DataType, duck_type: str, low: int, hig
 
 def _decimal(precision: int, scale: int) -> Kind:
     most = 10**precision - 1
-    values = (st.sampled_from([most, -most, 0]) | st.integers(-most, most)).map(lambda n: Decimal(n).scaleb(-scale))
+    exact = Context(prec=precision + 1)  # the default context keeps 28 digits and would round a 38-digit value
+    units = st.sampled_from([most, -most, 0]) | st.integers(-most, most)
+    values = units.map(lambda n: Decimal(n).scaleb(-scale, exact))
     t = pa.decimal128(precision, scale)
     return Kind(t, t, f"DECIMAL({precision},{scale})", values)
 

@@ -322,3 +322,39 @@ def status_badge(status: str | None) -> str:
     if status is None:
         return ":gray-badge[not validated]"
     return STATUS_BADGES.get(status, f":gray-badge[{status}]")
+
+
+def wait_for_engine() -> None:
+    """Before Spark work: while the engine is still starting, say so with progress and wait.
+
+    The server starts Spark in the background when it starts (app/main.py); a click that
+    comes sooner waits here, under a progress bar paced by the last measured start,
+    instead of behind a bare spinner. In-process page tests, which have no server, start
+    it here. A failed start is left to the Spark call that follows: it tries once more and
+    raises the reason.
+    """
+    from core import engine
+
+    status = engine.engine_status()
+    if status.state in ("ready", "failed"):
+        return
+    if status.state == "idle":
+        engine.start_in_background()
+    box = st.empty()
+    with box.container():
+        bar = st.progress(0.0, text="Starting the engine…")
+        status = engine.engine_status()
+        while status.state == "starting":
+            expected = status.expected_s or _FIRST_ENGINE_START_S
+            done = min(0.95, status.elapsed_s / expected)
+            if status.elapsed_s <= expected:
+                text = f"Starting the engine… {status.elapsed_s:.0f} s of about {expected:.0f} s"
+            else:  # a busy machine: say so rather than sit at the end of the bar
+                text = f"Starting the engine… {status.elapsed_s:.0f} s (slower than the usual {expected:.0f} s)"
+            bar.progress(done, text=text)
+            status = engine.wait_for_engine(0.5)
+    box.empty()
+
+
+# The progress bar's pace before any start was measured on this data root.
+_FIRST_ENGINE_START_S = 20.0

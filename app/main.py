@@ -1,58 +1,126 @@
-"""Oreo's Streamlit entrypoint: page config, sign-in gate, then the page router."""
+"""Oreo's Streamlit entrypoint: page config, sign-in gate, then the page router.
+
+The file plays two parts. ``streamlit run app/main.py`` finds the ``st.App`` below and
+imports this file once as the server's ASGI app, whose lifespan starts the shared Spark
+session in the background as the server starts (one JVM per server process, shared by
+every browser session) and whose ``/oreo/engine`` endpoint says how far that start is.
+Every browser session then runs this file as its page script (``__name__ == "__main__"``),
+which signs the user in and routes to a page.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
 from app.components import current_user, remember_deep_link, sign_out, sync_session_cookie, take_deep_link
-from core import auth
+from core import auth, engine
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
 # served under these same paths while signed out, reruns into the page asked for after sign-in.
 URL_PATHS = ("datasets", "table", "imports", "history", "requests", "review", "admin")
 
-st.set_page_config(page_title="Oreo", page_icon=":material/table_view:", layout="wide")
 
-user = current_user()
-if user is None:
-    login = [st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:", url_path="login", default=True)]
-    login += [
-        st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:", url_path=path, visibility="hidden")
-        for path in URL_PATHS
-    ]
-    router = st.navigation(login)
-else:
-    from app.components import catalog
+def _route() -> None:
+    """Sign-in gate, then the page the user asked for."""
+    st.set_page_config(page_title="Oreo", page_icon=":material/table_view:", layout="wide")
 
-    role = auth.highest_role(catalog(), user)
-    pages = [
-        st.Page(
-            PAGES / "datasets.py", title="Datasets", icon=":material/folder_open:", url_path="datasets", default=True
-        ),
-        st.Page(PAGES / "table.py", title="Table", icon=":material/table:", url_path="table"),
-        st.Page(PAGES / "imports.py", title="Import", icon=":material/upload_file:", url_path="imports"),
-        st.Page(PAGES / "history.py", title="History", icon=":material/history:", url_path="history"),
-        st.Page(PAGES / "requests.py", title="My requests", icon=":material/outbox:", url_path="requests"),
-    ]
-    if role is not None and role.rank >= auth.Role.APPROVER.rank:
-        pages.append(st.Page(PAGES / "review.py", title="Review", icon=":material/rule:", url_path="review"))
-    if role is not None and role.rank >= auth.Role.ADMIN.rank:
-        pages.append(st.Page(PAGES / "admin.py", title="Admin", icon=":material/build:", url_path="admin"))
-    router = st.navigation({"Oreo": pages})
-    with st.sidebar:
-        st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
-        if st.button("Sign out", key="sign_out", icon=":material/logout:"):
-            sign_out()
-        sync_session_cookie()
-    asked_for = take_deep_link()  # after an SSO sign-in, which always returns to the root
-    for page in pages:
-        if asked_for is not None and page.url_path == asked_for and page is not router:
-            st.switch_page(page)
-router.run()
-if user is None:
-    # Below the form, where their script elements take no room.
-    sync_session_cookie()  # clears an ended session's cookie
-    remember_deep_link(router.url_path)
+    user = current_user()
+    if user is None:
+        login = [st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:", url_path="login", default=True)]
+        login += [
+            st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:", url_path=path, visibility="hidden")
+            for path in URL_PATHS
+        ]
+        router = st.navigation(login)
+    else:
+        from app.components import catalog
+
+        role = auth.highest_role(catalog(), user)
+        pages = [
+            st.Page(
+                PAGES / "datasets.py",
+                title="Datasets",
+                icon=":material/folder_open:",
+                url_path="datasets",
+                default=True,
+            ),
+            st.Page(PAGES / "table.py", title="Table", icon=":material/table:", url_path="table"),
+            st.Page(PAGES / "imports.py", title="Import", icon=":material/upload_file:", url_path="imports"),
+            st.Page(PAGES / "history.py", title="History", icon=":material/history:", url_path="history"),
+            st.Page(PAGES / "requests.py", title="My requests", icon=":material/outbox:", url_path="requests"),
+        ]
+        if role is not None and role.rank >= auth.Role.APPROVER.rank:
+            pages.append(st.Page(PAGES / "review.py", title="Review", icon=":material/rule:", url_path="review"))
+        if role is not None and role.rank >= auth.Role.ADMIN.rank:
+            pages.append(st.Page(PAGES / "admin.py", title="Admin", icon=":material/build:", url_path="admin"))
+        router = st.navigation({"Oreo": pages})
+        with st.sidebar:
+            st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
+            if st.button("Sign out", key="sign_out", icon=":material/logout:"):
+                sign_out()
+            sync_session_cookie()
+        asked_for = take_deep_link()  # after an SSO sign-in, which always returns to the root
+        for page in pages:
+            if asked_for is not None and page.url_path == asked_for and page is not router:
+                st.switch_page(page)
+    router.run()
+    if user is None:
+        # Below the form, where their script elements take no room.
+        sync_session_cookie()  # clears an ended session's cookie
+        remember_deep_link(router.url_path)
+
+
+_first_use_warmed = threading.Event()
+
+
+@asynccontextmanager
+async def _warm_engine(_app: Any) -> AsyncIterator[None]:
+    """Start Spark in the background as the server starts, and log when it is ready."""
+    engine.start_in_background()
+    announce = asyncio.create_task(_announce_engine())
+    yield
+    announce.cancel()
+
+
+async def _announce_engine() -> None:
+    status = engine.engine_status()
+    while status.state == "starting":
+        status = await asyncio.to_thread(engine.wait_for_engine, 1.0)  # short: shutdown waits for it
+    detail = status.error if status.state == "failed" else f"{status.elapsed_s:.1f} s"
+    print(f"Oreo engine {status.state}: {detail}", flush=True)
+    if status.state == "ready":
+        await asyncio.to_thread(_warm_first_use)
+
+
+def _warm_first_use() -> None:
+    """Pay now what the first submit would pay once: a first Spark job, and importing GX."""
+    try:
+        engine.get_spark().range(1).count()
+        import great_expectations  # noqa: F401
+    except Exception:  # a warm-up only: the real call reports its own failure
+        logging.getLogger(__name__).warning("warming up the first submit failed", exc_info=True)
+    finally:
+        _first_use_warmed.set()
+
+
+async def _engine_endpoint(_request: Any) -> Any:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({**engine.engine_status().to_json(), "first_use_warmed": _first_use_warmed.is_set()})
+
+
+if __name__ == "__main__":  # a browser session's run
+    _route()
+else:  # imported by `streamlit run` to find the server's app
+    from starlette.routing import Route
+
+    app = st.App(__file__, lifespan=_warm_engine, routes=[Route("/oreo/engine", _engine_endpoint)])

@@ -12,6 +12,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,10 +100,45 @@ def ensure_customers(rows: int) -> BenchTable:
     with tempfile.TemporaryDirectory(prefix="oreo-bench-") as tmp:
         source = Path(tmp) / "customers.parquet"
         pq.write_table(customers_table(rows), source)
-        info = datasets.create_dataset(catalog, PROJECT, dataset_id, source, key="customer_id")
+        with _upload_limit_at_least(source.stat().st_size):
+            info = datasets.create_dataset(catalog, PROJECT, dataset_id, source, key="customer_id")
     elapsed = time.perf_counter() - start
     _log(f"created {info.rows:,} rows at version {info.version} in {elapsed:.1f} s")
     return BenchTable(PROJECT, dataset_id, rows, layout.main, elapsed)
+
+
+BIG_ROWS = 10_000_000
+
+
+def ensure_big_customers() -> BenchTable:
+    """The 10,000,000-row ``customers_10000000`` dataset, made like the 1M one (one Spark CTAS).
+
+    The first run generates the rows with numpy/pyarrow (~1 min) and has Spark write them
+    through ``create_dataset`` (several minutes on 2 cores); later runs reuse it (~1 GB).
+    """
+    return ensure_customers(BIG_ROWS)
+
+
+@contextmanager
+def _upload_limit_at_least(size_bytes: int) -> Iterator[None]:
+    """Raise ``OREO_MAX_UPLOAD_MB`` to fit a generated bench file for one create, then restore it."""
+    from core.config import get_settings
+
+    needed_mb = size_bytes // (1024 * 1024) + 1
+    if needed_mb <= get_settings().max_upload_mb:
+        yield
+        return
+    before = os.environ.get("OREO_MAX_UPLOAD_MB")
+    os.environ["OREO_MAX_UPLOAD_MB"] = str(needed_mb)
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OREO_MAX_UPLOAD_MB", None)
+        else:
+            os.environ["OREO_MAX_UPLOAD_MB"] = before
+        get_settings.cache_clear()
 
 
 APPROVER = "bench_approver"

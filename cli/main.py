@@ -593,6 +593,7 @@ def _cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
         "merged_version": cr.merged_version,
         "kind": cr.kind,
         "schema_changes": [c.to_json() for c in cr.schema_changes],
+        "stages": [t.to_json() for t in cr.stages],
     }
 
 
@@ -748,6 +749,8 @@ def cr_show(
         f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
         f"(base v{cr.base_version}); validation {cr.validation_status}; {len(conflicts)} conflict(s)"
     ]
+    if cr.stages:
+        lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
     emit(doc, "\n".join(lines))
 

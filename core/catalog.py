@@ -145,6 +145,8 @@ class ChangeRequestRow(Base):
     kind: Mapped[str] = mapped_column(String(16), default="edit", server_default="edit")
     upload_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
     schema_changes: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list
+    # JSON list of {"action", "stage", "seconds"}: how long each submit/approve stage took.
+    stages: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class CommentRow(Base):

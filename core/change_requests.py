@@ -11,7 +11,10 @@ change*, plus two columns:
 
 Spark builds the staged rows itself: the session's edits (text) are pivoted per row,
 cast to the main table's column types and laid over the row as of the session's base
-version. The catalog keeps the request's record and its state machine::
+version. Only the touched rows of that version are read, by DuckDB (a filtered scan that
+skips files and row groups by their ``row_id`` statistics), and handed to Spark as a
+local relation, so a small request costs Spark a write of a few rows, not a scan of
+``main``. The catalog keeps the request's record and its state machine::
 
     open -> merged | rejected | withdrawn      (no other transitions)
 """
@@ -21,10 +24,12 @@ from __future__ import annotations
 import enum
 import json
 import shutil
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import select
 
@@ -40,6 +45,10 @@ from core.sessions import CellEdit, effective_edits, find_session, mark_submitte
 OP_COLUMN = "_op"
 CHANGED_COLUMN = "_changed"
 
+# Called with a stage's name when that stage starts (submit: staging, checks;
+# approve: conflicts, checks, merge, sync), so a page can show where a request is.
+StageHook = Callable[[str], None]
+
 
 class CRState(enum.StrEnum):
     OPEN = "open"
@@ -51,6 +60,54 @@ class CRState(enum.StrEnum):
 _TRANSITIONS: dict[CRState, set[CRState]] = {
     CRState.OPEN: {CRState.MERGED, CRState.REJECTED, CRState.WITHDRAWN},
 }
+
+
+@dataclass(frozen=True)
+class StageTiming:
+    """How long one stage of a submit or an approval took."""
+
+    action: Literal["submit", "approve"]
+    stage: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "stage": self.stage, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageTiming:
+        return cls(action=data["action"], stage=str(data["stage"]), seconds=float(data["seconds"]))
+
+
+class Stopwatch:
+    """Times the stages of one submit or approval and announces each to a ``StageHook``."""
+
+    def __init__(self, action: Literal["submit", "approve"], hook: StageHook | None = None) -> None:
+        self.action: Literal["submit", "approve"] = action
+        self._hook = hook
+        self._done: list[StageTiming] = []
+        self._current: tuple[str, float] | None = None
+
+    def start(self, stage: str) -> None:
+        """End the running stage (if any) and start ``stage``."""
+        self._close()
+        if self._hook is not None:
+            self._hook(stage)
+        self._current = (stage, time.perf_counter())
+
+    def timings(self) -> list[StageTiming]:
+        """Every stage so far, the running one timed up to now (and ended)."""
+        self._close()
+        return list(self._done)
+
+    def _close(self) -> None:
+        if self._current is not None:
+            stage, started = self._current
+            self._done.append(StageTiming(self.action, stage, round(time.perf_counter() - started, 3)))
+            self._current = None
+
+
+def stages_json(stages: list[StageTiming]) -> str:
+    return json.dumps([t.to_json() for t in stages])
 
 
 @dataclass(frozen=True)
@@ -77,6 +134,7 @@ class ChangeRequest:
     kind: str = "edit"
     upload_id: str | None = None
     schema_changes: tuple[SchemaChange, ...] = ()
+    stages: list[StageTiming] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -126,48 +184,87 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
         kind=row.kind or "edit",
         upload_id=row.upload_id,
         schema_changes=tuple(SchemaChange.from_json(c) for c in json.loads(row.schema_changes or "[]")),
+        stages=[StageTiming.from_json(t) for t in json.loads(row.stages or "[]")],
     )
 
 
 def _write_staging(
     main: Path, staging: Path, base_version: int, edits: list[CellEdit], commit: engine.CommitInfo
 ) -> None:
-    """Have Spark build and write the staged rows (see the module docstring)."""
+    """Have Spark build and write the staged rows (see the module docstring).
+
+    One local relation reaches Spark: per staged row, its ``op``, its base values
+    (``b_<i>``, typed, NULL for an inserted row) and per column the edited text
+    (``v_<i>``) and whether the column was edited (``s_<i>``). Spark casts the text to the
+    column types and writes, in one stage with no shuffle.
+    """
+    import pyarrow as pa
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
     spark = engine.get_spark()
-    base = spark.read.format("delta").option("versionAsOf", base_version).load(str(main))
-    columns = [(f.name, f.dataType.simpleString()) for f in base.schema.fields if f.name != "row_id"]
+    schema = spark.read.format("delta").option("versionAsOf", base_version).load(str(main)).schema
+    fields = [f for f in schema.fields if f.name != "row_id"]
     ops = sorted({(e.row_id, e.change) for e in edits if e.column is None or e.change == "update"})
-    cells = [(e.row_id, e.column, e.new_value) for e in edits if e.column is not None]
+    given: dict[tuple[str, str], list[str]] = {}
+    for e in edits:
+        if e.column is not None:
+            given.setdefault((e.row_id, e.column), [])
+            if e.new_value is not None:
+                given[(e.row_id, e.column)].append(e.new_value)
+    # Several texts for one cell keep the greatest, as SQL's max() did; none is NULL.
+    texts: dict[tuple[str, str], str | None] = {cell: max(v) if v else None for cell, v in given.items()}
+    base = _base_rows(main, base_version, sorted({r for r, _ in ops}), schema.names)
+    at = {row_id: i for i, row_id in enumerate(base.column("row_id").to_pylist())}
+    picked = base.take(pa.array([at.get(r) for r, _ in ops], pa.int64()))
+    arrays: dict[str, Any] = {"row_id": pa.array([r for r, _ in ops], pa.string()), "op": [o for _, o in ops]}
+    local = [StructField("row_id", StringType()), StructField("op", StringType())]
+    for i, f in enumerate(fields):
+        arrays[f"b_{i}"] = picked.column(f.name)
+        arrays[f"v_{i}"] = pa.array([texts.get((r, f.name)) for r, _ in ops], pa.string())
+        arrays[f"s_{i}"] = pa.array([int((r, f.name) in texts) for r, _ in ops], pa.int32())
+        local += [StructField(f"b_{i}", f.dataType), StructField(f"v_{i}", StringType())]
+        local += [StructField(f"s_{i}", IntegerType())]
     view = f"oreo_stage_{commit.commit_id.replace('-', '')}"
-    # An explicit schema lets an empty list (a request of only deletes has no cells) work.
-    spark.createDataFrame(ops, "row_id string, op string").createOrReplaceTempView(f"{view}_ops")
-    spark.createDataFrame(cells, "row_id string, col string, val string").createOrReplaceTempView(f"{view}_cells")
-    base.createOrReplaceTempView(f"{view}_base")
-    pivot = ", ".join(
-        f"max(CASE WHEN col = {engine.spark_string(name)} THEN val END) AS `v_{i}`, "
-        f"max(CASE WHEN col = {engine.spark_string(name)} THEN 1 ELSE 0 END) AS `s_{i}`"
-        for i, (name, _) in enumerate(columns)
-    )
+    spark.createDataFrame(pa.table(arrays), StructType(local)).createOrReplaceTempView(view)
     values = ", ".join(
-        f"CASE WHEN p.`s_{i}` = 1 THEN CAST(p.`v_{i}` AS {dtype}) ELSE b.{engine.spark_ident(name)} END "
-        f"AS {engine.spark_ident(name)}"
-        for i, (name, dtype) in enumerate(columns)
+        f"CASE WHEN `s_{i}` = 1 THEN CAST(`v_{i}` AS {f.dataType.simpleString()}) ELSE `b_{i}` END "
+        f"AS {engine.spark_ident(f.name)}"
+        for i, f in enumerate(fields)
     )
     changed = (
         "filter(array("
-        + ", ".join(
-            f"CASE WHEN p.`s_{i}` = 1 THEN {engine.spark_string(name)} END" for i, (name, _) in enumerate(columns)
-        )
+        + ", ".join(f"CASE WHEN `s_{i}` = 1 THEN {engine.spark_string(f.name)} END" for i, f in enumerate(fields))
         + "), x -> x IS NOT NULL)"
     )
     sql = (
-        f"SELECT o.row_id AS row_id, {values}, o.op AS {OP_COLUMN}, "
-        f"CASE WHEN o.op = 'delete' THEN array() ELSE {changed} END AS {CHANGED_COLUMN} "
-        f"FROM {view}_ops o "
-        f"LEFT JOIN {view}_base b ON b.row_id = o.row_id "
-        f"LEFT JOIN (SELECT row_id, {pivot} FROM {view}_cells GROUP BY row_id) p ON p.row_id = o.row_id"
+        f"SELECT row_id, {values}, op AS {OP_COLUMN}, "
+        f"CASE WHEN op = 'delete' THEN array() ELSE {changed} END AS {CHANGED_COLUMN} FROM {view}"
     )
-    save_staging(staging, sql, commit, views=[f"{view}_{suffix}" for suffix in ("ops", "cells", "base")])
+    save_staging(staging, sql, commit, views=[view])
+
+
+# Up to this many row ids are spelled as an ``IN`` list, which DuckDB pushes into the
+# scan (file and row group skipping); more are joined from one list parameter.
+_LISTED_IDS = 1000
+
+
+def _base_rows(main: Path, version: int, row_ids: list[str], names: list[str]) -> Any:
+    """The rows ``row_ids`` of ``main`` at ``version`` (those that exist), as an Arrow table.
+
+    Raises:
+        EngineError: DuckDB could not read them.
+    """
+    select = ", ".join(reads.quote_ident(n) for n in names)
+    params: list[Any]
+    if len(row_ids) <= _LISTED_IDS:
+        where, params = f"row_id IN ({', '.join('?' * len(row_ids)) or 'NULL'})", list(row_ids)
+    else:
+        where, params = "row_id IN (SELECT unnest(?::VARCHAR[]))", [row_ids]
+    sql = f"SELECT {select} FROM delta_scan(?, version => ?) WHERE {where}"
+    try:
+        return reads.cursor().execute(sql, [str(main), int(version), *params]).to_arrow_table()
+    except Exception as exc:  # duckdb.Error and its subclasses
+        raise EngineError(f"DuckDB could not read the edited rows of {main}: {str(exc).splitlines()[0]}") from exc
 
 
 def save_staging(staging: Path, sql: str, commit: engine.CommitInfo, *, views: list[str]) -> None:
@@ -200,8 +297,12 @@ def submit_change_request(
     actor: User,
     title: str | None = None,
     description: str = "",
+    stage: StageHook | None = None,
 ) -> ChangeRequest:
     """Stage a session's edits as a change request for review.
+
+    ``stage`` is called with ``staging`` before the Spark write and ``checks`` before the
+    validation; their durations are stored with the request (``ChangeRequest.stages``).
 
     Raises:
         PermissionDenied: ``actor`` does not own the session or is not an editor.
@@ -225,6 +326,8 @@ def submit_change_request(
     cr_id = new_id("cr")
     staging = layout.staging(cr_id)
     commit = engine.new_commit(actor.username, "stage_change_request", cr_id=cr_id)
+    clock = Stopwatch("submit", stage)
+    clock.start("staging")
     _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
@@ -241,6 +344,7 @@ def submit_change_request(
         rows=rows,
         cells=cells,
         session_id=session_id,
+        clock=clock,
     )
     mark_submitted(layout, session_id, cr_id)
     return record
@@ -263,14 +367,19 @@ def record_change_request(
     kind: str = "edit",
     upload_id: str | None = None,
     schema_changes: list[SchemaChange] | None = None,
+    clock: Stopwatch | None = None,
 ) -> ChangeRequest:
     """Validate a written staging table and store the open request with its audit event.
 
     The catalog row comes last; on any failure the staging table is removed, so a failed
-    submit leaves no request and no staging folder behind.
+    submit leaves no request and no staging folder behind. ``clock`` (the submit's
+    stopwatch) gets the ``checks`` stage; its timings are stored with the row.
     """
+    clock = clock or Stopwatch("submit")
     try:
+        clock.start("checks")
         run = validate_change_request(layout, dataset, staging)
+        stages = clock.timings()
         with catalog.session() as s:
             row = ChangeRequestRow(
                 id=cr_id,
@@ -289,6 +398,7 @@ def record_change_request(
                 kind=kind,
                 upload_id=upload_id,
                 schema_changes=json.dumps([c.to_json() for c in schema_changes]) if schema_changes else None,
+                stages=stages_json(stages),
             )
             s.add(row)
             s.flush()
@@ -375,14 +485,10 @@ def diff_change_request(
     # The staged columns: the table's at the base version, plus any the request adds.
     columns = staged_columns(staging)
     present = {c.name for c in reads.table_schema(layout.main, record.base_version)}
-    before = diff.Relation(
-        f"SELECT {diff.select_list(columns, present)} FROM delta_scan(?, version => ?) "
-        "WHERE row_id IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert')",
-        [main, record.base_version, str(staging)],
+    # Reads from main only the columns the request changes (and deleted rows whole).
+    return diff.staged_diff(
+        main, record.base_version, str(staging), columns, present, limit=limit, offset=offset
     )
-    q = ", ".join(reads.quote_ident(c) for c in columns)
-    after = diff.Relation(f"SELECT {q} FROM delta_scan(?) WHERE _op <> 'delete'", [str(staging)])
-    return diff.diff(before, after, columns, limit=limit, offset=offset)
 
 
 def staged_columns(staging: Path) -> list[str]:

@@ -295,8 +295,11 @@ def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInf
     spark = engine.get_spark()
     view = f"oreo_create_{uuid.uuid4().hex}"
     props = engine.main_table_properties_sql()
+    # Written clustered by row_id, in files of about engine.MAIN_FILE_BYTES: a small MERGE then
+    # skips every file whose row_id range cannot hold its rows.
+    files = engine.main_file_count(converted.stat().st_size)
     try:
-        spark.read.parquet(str(converted)).createOrReplaceTempView(view)
+        engine.clustered_by_row_id(spark.read.parquet(str(converted)), files).createOrReplaceTempView(view)
         with engine.commit_metadata(commit):
             spark.sql(
                 f"CREATE TABLE {engine.delta_ref(layout.main)} USING DELTA "

@@ -119,17 +119,18 @@ def diff(before: Relation, after: Relation, columns: list[str], *, limit: int = 
             total = int(found[0]) if found else 0
     except Exception as exc:  # duckdb.Error and its many subclasses
         raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
-    changes = [
-        Change(
-            row_id=r[0],
-            change=r[1],
-            column=r[2],
-            old=json.loads(r[3]) if r[1] == "delete" else r[3],
-            new=json.loads(r[4]) if r[1] == "insert" else r[4],
-        )
-        for r in rows
-    ]
-    return DiffPage(changes=changes, total=total)
+    return DiffPage(changes=[_change(r) for r in rows], total=total)
+
+
+def _change(r: tuple[Any, ...]) -> Change:
+    """An entry from a diff query's row (row_id, change, column, old, new, ...)."""
+    return Change(
+        row_id=r[0],
+        change=r[1],
+        column=r[2],
+        old=json.loads(r[3]) if r[1] == "delete" else r[3],
+        new=json.loads(r[4]) if r[1] == "insert" else r[4],
+    )
 
 
 @dataclass(frozen=True)
@@ -175,15 +176,115 @@ def counted_diff(
     except Exception as exc:  # duckdb.Error and its many subclasses
         raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
     total, inserted, updated, deleted = (int(v) for v in rows[0][5:9])
-    changes = [
-        Change(
-            row_id=r[0],
-            change=r[1],
-            column=r[2],
-            old=json.loads(r[3]) if r[1] == "delete" else r[3],
-            new=json.loads(r[4]) if r[1] == "insert" else r[4],
-        )
-        for r in rows
-        if r[0] is not None
-    ]
+    changes = [_change(r) for r in rows if r[0] is not None]
     return DiffPage(changes=changes, total=total), RowCounts(inserted=inserted, updated=updated, deleted=deleted)
+
+
+def staged_diff(
+    main: str,
+    version: int,
+    staging: str,
+    columns: list[str],
+    present: set[str],
+    *,
+    limit: int = 100,
+    offset: int = 0,
+) -> DiffPage:
+    """One page of a staged change request's diff against ``main`` at its base ``version``.
+
+    The entries are those of ``diff`` with *before* the ``main`` rows the request touches
+    and *after* its staged rows, but ``main`` is read only where an entry can come from:
+
+    * an ``update`` row is compared on the columns its request changes (the union of the
+      staged ``_changed`` lists, plus the columns ``main`` lacks at ``version``): a staged
+      row carries every other column as it was at the base version, and a merge applies
+      only those columns, so the others can never differ;
+    * a ``delete`` row's whole old row is read, from ``main`` filtered to the deleted ids;
+    * an ``insert`` (or an ``update`` whose row ``main`` lacks) is the staged row alone.
+
+    A first small query over the staging table finds which kinds of rows and which
+    columns the request holds, so a branch with nothing to show never scans ``main``.
+
+    Args:
+        main: The main table's path.
+        version: The request's base version.
+        staging: The staging table's path (``row_id``, the data columns, ``_op``, ``_changed``).
+        columns: The staged data columns, ``row_id`` first.
+        present: The columns ``main`` has at ``version``.
+        limit: Page size, 1..10,000.
+        offset: Entries to skip.
+
+    Raises:
+        InvalidInput: Bad limit or offset.
+        EngineError: DuckDB could not read the tables.
+    """
+    if not 1 <= int(limit) <= 10_000:
+        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
+    if int(offset) < 0:
+        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    q, lit = reads.quote_ident, reads.quote_literal
+    try:
+        kinds = {
+            str(op): [str(c) for c in changed if c is not None]
+            for op, changed in reads.cursor()
+            .execute(
+                "SELECT _op, list(DISTINCT c) FROM (SELECT _op, unnest(list_append(coalesce(_changed, []), NULL)) "
+                "AS c FROM delta_scan(?)) GROUP BY _op",
+                [staging],
+            )
+            .fetchall()
+        }
+        data = [c for c in columns if c != "row_id"]
+        changed = set(kinds.get("update", []))
+        compared = [c for c in data if c in changed or c not in present]
+        staged = "delta_scan(?)"  # read once per use, so each use reads only the columns it needs
+        main_scan = "delta_scan(?, version => ?)"
+        new_row = "CAST(json_object(" + ", ".join(f"{lit(c)}, s.{q(c)}" for c in columns) + ") AS VARCHAR)"
+        old_row = "CAST(json_object(" + ", ".join(f"{lit(c)}, b.{q(c)}" for c in columns) + ") AS VARCHAR)"
+        selects: list[str] = []
+        params: list[Any] = []
+        if "update" in kinds:
+            # One pass: a staged update yields its differing cells, or an insert when main lacks its row.
+            cells = ", ".join(
+                f"{{'k': 'update', 'c': {lit(c)}, 'o': CAST(b.{q(c)} AS VARCHAR), 'n': CAST(s.{q(c)} AS VARCHAR)}}"
+                for c in compared
+            )
+            inserted = f"[{{'k': 'insert', 'c': NULL, 'o': NULL, 'n': {new_row}}}]"
+            kept = "".join(", " + (q(c) if c in present else f"NULL AS {q(c)}") for c in compared)
+            selects.append(f"""
+                SELECT row_id, cell.k AS change, cell.c AS col, cell.o AS old, cell.n AS new FROM (
+                    SELECT s.row_id,
+                           unnest(CASE WHEN b.row_id IS NULL THEN {inserted} ELSE [{cells}] END) AS cell
+                    FROM {staged} s LEFT JOIN (
+                        SELECT row_id{kept}
+                        FROM {main_scan} WHERE row_id IN (SELECT row_id FROM {staged} WHERE _op = 'update')
+                    ) b ON b.row_id = s.row_id
+                    WHERE s._op = 'update'
+                ) WHERE cell.k = 'insert' OR cell.o IS DISTINCT FROM cell.n""")
+            params += [staging, main, int(version), staging]
+        if "insert" in kinds:
+            selects.append(
+                f"SELECT row_id, 'insert' AS change, NULL AS col, NULL AS old, {new_row} AS new "
+                f"FROM {staged} s WHERE _op = 'insert'"
+            )
+            params += [staging]
+        if "delete" in kinds:
+            selects.append(
+                f"SELECT row_id, 'delete' AS change, NULL AS col, {old_row} AS old, NULL AS new FROM "
+                f"(SELECT {select_list(columns, present)} FROM {main_scan} "
+                f"WHERE row_id IN (SELECT row_id FROM {staged} WHERE _op = 'delete')) b"
+            )
+            params += [main, int(version), staging]
+        if not selects:
+            return DiffPage(changes=[], total=0)
+        body = " UNION ALL ".join(selects)
+        sql = f"""
+            WITH body AS MATERIALIZED ({body}),
+            page AS (SELECT * FROM body ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?)
+            SELECT page.*, counts.total FROM (SELECT count(*) AS total FROM body) AS counts
+            LEFT JOIN page ON true ORDER BY page.row_id, page.col NULLS FIRST
+        """
+        rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
+    return DiffPage(changes=[_change(r) for r in rows if r[0] is not None], total=int(rows[0][5]))

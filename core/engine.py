@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from core.config import get_settings
 from core.errors import EngineError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,28 @@ MAIN_TABLE_PROPERTIES: dict[str, str] = {
 def main_table_properties_sql() -> str:
     """``MAIN_TABLE_PROPERTIES`` as the body of a ``TBLPROPERTIES (...)`` clause."""
     return ", ".join(f"'{k}' = '{v}'" for k, v in MAIN_TABLE_PROPERTIES.items())
+
+
+# ---------------------------------------------------------------- the layout of main's files
+
+# Main's files are written range-partitioned and sorted by ``row_id``, about this big each,
+# so every file covers a narrow ``row_id`` range in its min/max statistics (``row_id`` is the
+# first column, always among the indexed ones). A MERGE whose ON clause bounds ``t.row_id``
+# then reads and rewrites only the files that can hold the staged rows, and a matched update
+# touches one small file instead of half the table. OPTIMIZE aims at the same size (OSS
+# Delta takes its target from a session conf; ``delta.targetFileSize`` is Databricks-only).
+MAIN_FILE_BYTES = 4 << 20
+OPTIMIZE_MAX_FILE_CONF = "spark.databricks.delta.optimize.maxFileSize"
+
+
+def main_file_count(data_bytes: int) -> int:
+    """How many files a main table holding ``data_bytes`` of Parquet is written as."""
+    return max(1, -(-int(data_bytes) // MAIN_FILE_BYTES))
+
+
+def clustered_by_row_id(frame: DataFrame, files: int) -> DataFrame:
+    """``frame`` in ``files`` partitions of contiguous ``row_id`` ranges, each sorted by ``row_id``."""
+    return frame.repartitionByRange(max(1, files), "row_id").sortWithinPartitions("row_id")
 
 
 _lock = threading.Lock()
@@ -221,6 +244,129 @@ def stop_spark() -> None:
         if _spark is not None:
             _spark.stop()
             _spark = None
+
+
+# ---------------------------------------------------------------- a warm engine for the app
+#
+# The app starts the shared session when its server starts (app/main.py's lifespan), in a
+# daemon thread, so the JVM is warm before anyone clicks. Pages that need Spark ask
+# ``engine_status()`` and wait on ``wait_for_engine()`` while it is still starting.
+
+ENGINE_START_FILE = "engine-start.json"
+# Tests make the start slower, to see the app while the engine is still starting.
+SLOW_START_ENV = "OREO_TEST_SLOW_ENGINE_START_S"
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """Where the shared session is: ``idle`` (not asked for), ``starting``, ``ready`` or ``failed``.
+
+    ``elapsed_s`` is the time since the background start began (its full length once it
+    ended); ``expected_s`` the last start measured on this data root, if any.
+    """
+
+    state: str
+    elapsed_s: float
+    expected_s: float | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "expected_s": None if self.expected_s is None else round(self.expected_s, 3),
+            "error": self.error,
+            "pid": os.getpid(),
+        }
+
+
+_warm_lock = threading.Lock()
+_warm_thread: threading.Thread | None = None
+_warm_started_at: float | None = None
+_warm_finished_at: float | None = None
+_warm_error: str | None = None
+_warm_done = threading.Event()
+
+
+def start_in_background() -> bool:
+    """Start the shared session in a daemon thread, unless it is up or already starting.
+
+    Module state is process-wide, so however many browser sessions call this, one
+    process starts one JVM. Returns True when this call started it.
+    """
+    global _warm_thread, _warm_started_at, _warm_finished_at, _warm_error
+    with _warm_lock:
+        if _spark is not None or (_warm_thread is not None and _warm_thread.is_alive()):
+            return False
+        _warm_started_at, _warm_finished_at, _warm_error = time.monotonic(), None, None
+        _warm_done.clear()
+        _warm_thread = threading.Thread(target=_warm_up, name="oreo-engine-start", daemon=True)
+        _warm_thread.start()
+    return True
+
+
+def _warm_up() -> None:
+    global _warm_finished_at, _warm_error
+    try:
+        pause = float(os.environ.get(SLOW_START_ENV) or 0)
+        if pause > 0:
+            time.sleep(pause)
+        get_spark()
+    except Exception as exc:  # EngineError, or a bad SLOW_START_ENV value
+        _warm_error = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+        logger.error("the engine did not start: %s", _warm_error, exc_info=True)
+    else:
+        started = _warm_started_at if _warm_started_at is not None else time.monotonic()
+        seconds = time.monotonic() - started
+        logger.info("engine ready in %.1f s", seconds)
+        _record_start_seconds(seconds)
+    finally:
+        _warm_finished_at = time.monotonic()
+        _warm_done.set()
+
+
+def engine_status() -> EngineStatus:
+    """The shared session's state, for pages and the app's ``/oreo/engine`` endpoint."""
+    started, finished, error = _warm_started_at, _warm_finished_at, _warm_error
+    elapsed = 0.0 if started is None else (finished or time.monotonic()) - started
+    expected = last_start_seconds()
+    if _spark is not None:
+        return EngineStatus("ready", elapsed, expected)
+    if started is not None and finished is None:
+        return EngineStatus("starting", elapsed, expected)
+    if error is not None:
+        return EngineStatus("failed", elapsed, expected, error)
+    return EngineStatus("idle", elapsed, expected)
+
+
+def wait_for_engine(timeout: float) -> EngineStatus:
+    """Wait up to ``timeout`` seconds for a background start to end; the status then."""
+    _warm_done.wait(timeout)
+    return engine_status()
+
+
+def _start_file() -> Path:
+    return logs.log_dir() / ENGINE_START_FILE
+
+
+def last_start_seconds() -> float | None:
+    """How long the last background start on this data root took (None before the first)."""
+    try:
+        seconds = float(json.loads(_start_file().read_text())["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seconds if seconds > 0 else None
+
+
+def _record_start_seconds(seconds: float) -> None:
+    path = _start_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}")
+        temp.write_text(json.dumps({"seconds": round(seconds, 3), "pid": os.getpid()}))
+        temp.replace(path)
+    except OSError:
+        logger.warning("cannot record the engine start time in %s", path, exc_info=True)
 
 
 def spark_ident(name: str) -> str:

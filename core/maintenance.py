@@ -8,7 +8,9 @@
    7 days) would otherwise drop the commits or files of versions inside the window. It
    commits only when a property is too low, so it is idempotent;
 2. **optimize**: ``OPTIMIZE delta.`main``` (bin-packing small files), optionally
-   ``ZORDER BY`` some columns; the data is unchanged, only its files;
+   ``ZORDER BY`` some columns; the data is unchanged, only its files. Files aim at
+   ``engine.MAIN_FILE_BYTES``, so ``ZORDER BY row_id`` gives a table written before Oreo
+   clustered main by ``row_id`` the layout new tables get, and small MERGEs skip files;
 3. **vacuum**: ``VACUUM ... RETAIN <h> HOURS`` deletes files no version younger than
    the retention still uses. The default retention is the restore window
    (``vacuum_horizon_hours``); a shorter one is refused unless ``force`` says which
@@ -63,7 +65,7 @@ from core import audit, engine, reads
 from core.auth import Role, User, memberships, require_role
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow
 from core.config import get_settings
-from core.datasets import get_dataset, layout_for, sync_dataset
+from core.datasets import ROW_ID, get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
 from core.layout import ID_PATTERN, DatasetLayout, new_id
 
@@ -78,6 +80,7 @@ RETENTION_CHECK_CONF = "spark.databricks.delta.retentionDurationCheck.enabled"
 # Delta collects min/max stats on the first 32 columns unless the table says otherwise;
 # ZORDER BY a column without stats fails deep inside Spark.
 _DEFAULT_INDEXED_COLUMNS = 32
+_ZORDER_NOISE_CONF = "spark.databricks.io.skipping.mdc.addNoise"
 # Delta's own defaults when a table does not set the properties.
 _DELTA_DEFAULT_HOURS = {LOG_RETENTION: 30 * 24.0, DELETED_FILE_RETENTION: 7 * 24.0}
 _UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
@@ -88,8 +91,9 @@ _INTERVAL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?"
 class TableStats:
     """The current snapshot of a ``main`` table.
 
-    ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 32 MiB), the
-    ones OPTIMIZE would compact. ``versions`` is the newest version plus one.
+    ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 1 MiB, a quarter
+    of the 4 MiB files main is written in), the ones OPTIMIZE would compact. ``versions``
+    is the newest version plus one.
     """
 
     files: int
@@ -367,8 +371,22 @@ def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[
     sql = f"OPTIMIZE {engine.delta_ref(main)}"
     if zorder:
         sql += " ZORDER BY (" + ", ".join(engine.spark_ident(c) for c in zorder) + ")"
+    spark = engine.get_spark()
+    # Files of main's target size, not OSS Delta's 1 GB: ZORDER BY row_id then leaves several
+    # files of narrow row_id ranges, which a small MERGE skips (see engine.MAIN_FILE_BYTES).
+    # Z-order adds a random byte to its sort key against skew; row_id is unique (no skew), and
+    # the noise would let neighbouring files' row_id ranges overlap.
+    confs = {engine.OPTIMIZE_MAX_FILE_CONF: str(engine.MAIN_FILE_BYTES)}
+    if zorder == [ROW_ID]:
+        confs[_ZORDER_NOISE_CONF] = "false"
     with engine.commit_metadata(commit):
-        rows = engine.get_spark().sql(sql).collect()
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            rows = spark.sql(sql).collect()
+        finally:
+            for key in confs:
+                spark.conf.unset(key)
     metrics = rows[0]["metrics"].asDict() if rows and rows[0]["metrics"] is not None else {}
     return {
         "files_added": int(metrics.get("numFilesAdded") or 0),

@@ -53,11 +53,15 @@ from core.change_requests import (
     OP_COLUMN,
     ChangeRequest,
     CRState,
+    StageHook,
+    StageTiming,
+    Stopwatch,
     get_change_request,
     record_from_row,
     remove_leftovers,
     reusable_run,
     staged_columns,
+    stages_json,
     validate_change_request,
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
@@ -123,11 +127,16 @@ def _staged_changes(staging: Path) -> dict[str, tuple[str, list[str]]]:
     return {r[0]: (r[1], list(r[2] or [])) for r in rows}
 
 
+# Up to this many staged row ids filter the change data feed as a list; more are joined.
+_LISTED_IDS = 1000
+
+
 def conflicts_since(main: Path, staging: Path, base_version: int) -> list[Conflict]:
     """Cells the staged change touches that commits after ``base_version`` changed.
 
-    Reads ``main``'s change data feed from ``base_version + 1`` with Spark, joined with
-    the staged ``row_id``s so only those rows leave Spark:
+    Nothing is read when ``main`` has not moved since ``base_version``. Otherwise reads
+    ``main``'s change data feed from ``base_version + 1`` with Spark, filtered to the staged
+    ``row_id``s (spelled as a list for a small request, so only those rows leave Spark):
 
     * the request updates a cell another commit updated, or a row it deleted or re-added;
     * the request deletes a row another commit updated or deleted;
@@ -148,8 +157,11 @@ def conflicts_since(main: Path, staging: Path, base_version: int) -> list[Confli
             .option("endingVersion", latest)
             .load(str(main))
         )
-        ids = spark.read.format("delta").load(str(staging)).select("row_id")
-        rows = [r.asDict() for r in feed.join(ids, "row_id", "left_semi").collect()]
+        if len(staged) <= _LISTED_IDS:
+            changes = feed.where(feed["row_id"].isin(sorted(staged)))
+        else:
+            changes = feed.join(spark.read.format("delta").load(str(staging)).select("row_id"), "row_id", "left_semi")
+        rows = [r.asDict() for r in changes.collect()]
     except Exception as exc:
         raise EngineError(f"Spark could not read the change data feed of {main}: {str(exc).splitlines()[0]}") from exc
 
@@ -190,7 +202,14 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
 
 
 def _merge_sql(
-    main: Path, staging: Path, columns: list[str], existing: set[str], ops: set[str], *, widen: bool = False
+    main: Path,
+    staging: Path,
+    columns: list[str],
+    existing: set[str],
+    ops: set[str],
+    *,
+    widen: bool = False,
+    row_ids: list[str] | None = None,
 ) -> str:
     """The MERGE of a staging table's data ``columns`` into ``main``, whose columns are ``existing``.
 
@@ -198,6 +217,12 @@ def _merge_sql(
     insert-only MERGE (which Delta runs as one anti-join). A staged column ``main`` lacks
     (an import's new column) is added by Delta schema evolution in the same commit, as is
     a widened type (type widening, ``widen``); both need ``WITH SCHEMA EVOLUTION``.
+
+    ``row_ids``, every staged ``row_id`` of a small source, adds ``t.row_id IN (...)`` to
+    the ON clause and broadcasts the source. A target-only conjunct of the ON clause is
+    what Delta uses to skip files by their ``row_id`` min/max statistics, so the MERGE
+    reads and rewrites only the files that can hold those rows. The matches are the same:
+    a target row equal to some staged ``row_id`` is in the list by construction.
     """
     q, lit = engine.spark_ident, engine.spark_string
     data = [c for c in columns if c != "row_id"]
@@ -218,10 +243,11 @@ def _merge_sql(
     if "insert" in ops or not clauses:
         clauses.append(f"WHEN NOT MATCHED AND s.{OP_COLUMN} = 'insert' THEN INSERT ({names}) VALUES ({values})")
     evolve = "WITH SCHEMA EVOLUTION " if widen or set(columns) - existing else ""
-    return (
-        f"MERGE {evolve}INTO {engine.delta_ref(main)} AS t USING {engine.delta_ref(staging)} AS s "
-        f"ON t.row_id = s.row_id " + " ".join(clauses)
-    )
+    source, on = engine.delta_ref(staging), "t.row_id = s.row_id"
+    if row_ids:
+        source = f"(SELECT /*+ BROADCAST */ * FROM {source})"
+        on += " AND t.row_id IN (" + ", ".join(lit(r) for r in sorted(row_ids)) + ")"
+    return f"MERGE {evolve}INTO {engine.delta_ref(main)} AS t USING {source} AS s ON {on} " + " ".join(clauses)
 
 
 # One Delta transaction id for every Oreo MERGE into a table; its version is the table
@@ -233,6 +259,24 @@ TXN_APP_ID = "oreo-merge"
 
 class _TableMoved(Exception):
     """Delta skipped the MERGE: another Oreo merge landed after the conflict check."""
+
+
+# Up to this many staged rows, their row_ids go into the MERGE's ON clause (file skipping)
+# and the source is broadcast; a bigger source (an import) scans main as before.
+SMALL_SOURCE_ROWS = 1000
+
+
+def _small_source(staging: Path) -> tuple[list[str] | None, set[str]]:
+    """(every staged ``row_id`` if at most ``SMALL_SOURCE_ROWS``, else None; the staged ops)."""
+    rows = (
+        reads.cursor()
+        .execute(f"SELECT row_id, {OP_COLUMN} FROM delta_scan(?) LIMIT {SMALL_SOURCE_ROWS + 1}", [str(staging)])
+        .fetchall()
+    )
+    if len(rows) <= SMALL_SOURCE_ROWS:
+        return [str(r[0]) for r in rows], {str(r[1]) for r in rows}
+    query = f"SELECT DISTINCT {OP_COLUMN} FROM delta_scan(?)"
+    return None, {str(r[0]) for r in reads.cursor().execute(query, [str(staging)]).fetchall()}
 
 
 def _merge_once(
@@ -247,14 +291,11 @@ def _merge_once(
     columns = staged_columns(staging)
     current = reads.table_schema(main, engine.latest_version(main))
     existing = {c.name for c in current}
-    ops = {
-        str(r[0])
-        for r in reads.cursor().execute(f"SELECT DISTINCT {OP_COLUMN} FROM delta_scan(?)", [str(staging)]).fetchall()
-    }
+    row_ids, ops = _small_source(staging)
     widened = {c.column for c in record.schema_changes if c.change == "widen"}
     if widened:
         _allow_type_widening(main, commit)
-    sql = _merge_sql(main, staging, columns, existing, ops, widen=bool(widened))
+    sql = _merge_sql(main, staging, columns, existing, ops, widen=bool(widened), row_ids=row_ids)
     with engine.dml_session(commit, txn=(TXN_APP_ID, checked_version + 1)) as spark:
         spark.sql(sql).collect()
 
@@ -313,6 +354,7 @@ def approve_change_request(
     actor: User,
     comment: str | None = None,
     progress: Progress | None = None,
+    stage: StageHook | None = None,
 ) -> ChangeRequest:
     """Merge an open change request into ``main`` (see the module docstring).
 
@@ -322,6 +364,8 @@ def approve_change_request(
         actor: An approver of the project who is not the request's author.
         comment: Stored as the closing comment.
         progress: Called with (fraction done, what is happening).
+        stage: Called with ``conflicts``, ``checks``, ``merge`` and ``sync`` as each
+            starts; their durations are appended to the request's ``stages``.
 
     Returns:
         The merged request, with ``merged_version``.
@@ -333,6 +377,7 @@ def approve_change_request(
         EngineError: Spark failed; ``main`` is unchanged and staging kept for a retry.
     """
     report = progress or (lambda fraction, message: None)
+    clock = Stopwatch("approve", stage)
     record = get_change_request(catalog, cr_id, actor=actor)
     require_role(catalog, actor, record.project_id, Role.APPROVER, action="approve a change request")
     if record.author == actor.username:
@@ -350,8 +395,10 @@ def approve_change_request(
     if landed is None:
         if not (staging / "_delta_log").is_dir():
             raise NotFound(f"the staging table of {cr_id} is missing; reject the request", kind="staging")
+        clock.start("conflicts")
         report(0.05, "Looking for conflicts with newer commits")
         _raise_on_conflicts(record, main, staging)
+        clock.start("checks")
         report(0.25, "Validating the merged result")
         current = engine.latest_version(main)
         # Nothing committed since the submit's run and the same suite: its verdict stands.
@@ -365,6 +412,7 @@ def approve_change_request(
                 f"change request {cr_id} fails critical expectations on the merged result: {failed}",
                 offending=tuple(f.expectation for f in run.failures if f.severity == "critical"),
             )
+        clock.start("merge")
         report(0.5, "Merging into main")
         commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run.run_id)
         try:
@@ -385,12 +433,15 @@ def approve_change_request(
         if landed is None:
             raise EngineError(f"the merge of {cr_id} left no commit in {main}; staging is kept, try again")
     version, meta = landed
+    clock.start("sync")
     report(0.85, "Updating the catalog")
     commit = engine.CommitInfo(
         commit_id=str(meta["commit_id"]), actor=str(meta.get("actor")), action=MERGE_ACTION, extra={"cr_id": cr_id}
     )
     sync_dataset(catalog, record.project_id, record.dataset_id, commit, version=version)
-    merged = _mark_merged(catalog, record, actor, version, comment, commit.commit_id, meta.get("validation_run_id"))
+    merged = _mark_merged(
+        catalog, record, actor, version, comment, commit.commit_id, meta.get("validation_run_id"), clock.timings()
+    )
     remove_leftovers(merged)
     report(1.0, f"Merged as version {version}")
     return merged
@@ -413,6 +464,7 @@ def _mark_merged(
     comment: str | None,
     commit_id: str,
     run_id: str | None,
+    stages: list[StageTiming],
 ) -> ChangeRequest:
     with catalog.session() as s:
         row = s.get(ChangeRequestRow, record.id)
@@ -424,6 +476,7 @@ def _mark_merged(
             raise ConflictError(f"change request {record.id} became {row.state} while it was being merged")
         row.state = CRState.MERGED.value
         row.merged_version = version
+        row.stages = stages_json(record_from_row(row).stages + stages)
         row.closed_at = row.updated_at = utcnow()
         row.closed_by = actor.username
         row.close_reason = comment.strip() if comment and comment.strip() else None

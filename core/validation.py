@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -213,7 +215,9 @@ def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any])
     so uniqueness is judged on the merged result, not the staged rows alone - every row
     of ``main`` the change leaves untouched that shares a value with a staged row in a
     column (or column set) the suite requires to be unique. Computed in DuckDB; only
-    those rows reach pandas.
+    those rows reach pandas. When the staged values of those columns are few, they are
+    also spelled as ``IN`` lists, which DuckDB pushes into its scan of ``main`` (files and
+    row groups skipped by their statistics) - a small change does not read all of main.
     """
     from core import reads
 
@@ -228,17 +232,55 @@ def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any])
         matches = " OR ".join(
             "EXISTS (SELECT 1 FROM s WHERE " + " AND ".join(f"s.{q(c)} = m.{q(c)}" for c in cols) + ")" for cols in sets
         )
+        narrow, narrow_params = _prefilter(staging, sets)
         sql = (
             f"WITH s AS ({staged}) SELECT * FROM s UNION ALL "
-            f"SELECT m.* FROM delta_scan(?, version => ?) m "
-            f"WHERE m.row_id NOT IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert') AND ({matches})"
+            f"SELECT m.* FROM delta_scan(?, version => ?) m WHERE {narrow} "
+            f"AND m.row_id NOT IN (SELECT row_id FROM delta_scan(?) WHERE _op <> 'insert') AND ({matches})"
         )
-        params += [str(main), int(version), str(staging)]
+        params += [str(main), int(version), *narrow_params, str(staging)]
     try:
         table = reads.cursor().execute(sql, params).to_arrow_table()
     except Exception as exc:  # duckdb.Error and its subclasses
         raise EngineError(f"DuckDB could not read the staged change: {str(exc).splitlines()[0]}") from exc
     return to_frame(table)
+
+
+# Staged values of a unique column spelled out as an IN list, at most.
+_PREFILTER_VALUES = 1000
+
+
+def _prefilter(staging: Path, sets: list[list[str]]) -> tuple[str, list[Any]]:
+    """A condition implied by "shares a unique column set's values with a staged row", and its parameters.
+
+    For each set: every column's value is among the staged (non-NULL) values of that
+    column. It selects a superset of the rows the exact ``EXISTS`` test keeps, so adding
+    it changes nothing but what DuckDB must read. ``TRUE`` when a column has too many
+    distinct staged values to spell out.
+    """
+    from core import reads
+
+    q = reads.quote_ident
+    alternatives: list[str] = []
+    params: list[Any] = []
+    for cols in sets:
+        terms: list[str] = []
+        for c in cols:
+            values = [
+                r[0]
+                for r in reads.cursor()
+                .execute(
+                    f"SELECT DISTINCT {q(c)} FROM delta_scan(?) WHERE _op <> 'delete' AND {q(c)} IS NOT NULL LIMIT ?",
+                    [str(staging), _PREFILTER_VALUES + 1],
+                )
+                .fetchall()
+            ]
+            if len(values) > _PREFILTER_VALUES:
+                return "TRUE", []
+            terms.append(f"m.{q(c)} IN ({', '.join('?' * len(values))})" if values else "FALSE")
+            params += values
+        alternatives.append("(" + " AND ".join(terms) + ")")
+    return "(" + " OR ".join(alternatives) + ")", params
 
 
 def to_frame(table: Any) -> pd.DataFrame:
@@ -282,26 +324,47 @@ def suite_digest(suite: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(suite, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def validate_frame(
-    frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout, *, version: int | None = None
-) -> ValidationRun:
-    """Run ``suite`` on ``frame`` and store summary.json and full.json under audit/.
+@dataclass
+class _Judge:
+    """A GX context with one suite and a whole-dataframe batch, ready to validate any frame."""
 
-    Status is ``failed`` if any critical expectation fails, else ``warning`` if any
-    warning fails, else ``passed``.
-    """
+    batch: Any
+    suite: Any
+    lock: threading.Lock
+
+
+# Building a GX context, its pandas asset and the suite costs about a second per run;
+# they depend only on the suite, so they are kept per (dataset, suite fingerprint).
+_JUDGES: OrderedDict[tuple[str, str], _Judge] = OrderedDict()
+_JUDGES_LOCK = threading.Lock()
+_JUDGES_KEPT = 32
+
+
+def _judge_for(layout: DatasetLayout, suite: dict[str, Any], digest: str) -> _Judge:
+    key = (str(suite_path(layout)), digest)
+    with _JUDGES_LOCK:
+        judge = _JUDGES.get(key)
+        if judge is not None:
+            _JUDGES.move_to_end(key)
+            return judge
+    judge = _build_judge(suite)
+    with _JUDGES_LOCK:
+        judge = _JUDGES.setdefault(key, judge)
+        while len(_JUDGES) > _JUDGES_KEPT:
+            _JUDGES.popitem(last=False)
+    return judge
+
+
+def _build_judge(suite: dict[str, Any]) -> _Judge:
     import great_expectations as gx
-    import pandas as pd
     from great_expectations.core import ExpectationSuite
+    from great_expectations.data_context.types.base import ProgressBarsConfig
     from great_expectations.execution_engine import pandas_execution_engine
 
     # GX fingerprints every pandas batch under HASH_THRESHOLD bytes by hashing all of it,
     # only to label the batch; a run is known here by its run id and suite digest, and the
     # hash took 3.3 of 3.7 s on a million rows. A threshold of 0 skips it.
     pandas_execution_engine.HASH_THRESHOLD = 0
-    run_id = new_id("run")
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm noise on stderr
     batch = (
@@ -309,9 +372,29 @@ def validate_frame(
     )
     judged = _with_string_dtype(suite)
     gx_suite = context.suites.add(ExpectationSuite(**{k: v for k, v in judged.items() if k != "id"}))
-    definition = gx.ValidationDefinition(data=batch, suite=gx_suite, name=run_id)
-    with pd.option_context("mode.string_storage", "pyarrow"):
-        result = definition.run(batch_parameters={"dataframe": frame})
+    return _Judge(batch=batch, suite=gx_suite, lock=threading.Lock())
+
+
+def validate_frame(
+    frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout, *, version: int | None = None
+) -> ValidationRun:
+    """Run ``suite`` on ``frame`` and store summary.json and full.json under audit/.
+
+    Status is ``failed`` if any critical expectation fails, else ``warning`` if any
+    warning fails, else ``passed``. The GX objects for a suite are built once per process
+    (``_judge_for``); each run validates through GX's ``Validator``, which keeps nothing.
+    """
+    import pandas as pd
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.validator.v1_validator import Validator
+
+    run_id = new_id("run")
+    digest = suite_digest(suite)
+    judge = _judge_for(layout, suite, digest)
+    with judge.lock, pd.option_context("mode.string_storage", "pyarrow"):
+        validator = Validator(batch_definition=judge.batch, batch_parameters={"dataframe": frame})
+        result = validator.validate_expectation_suite(judge.suite)
+    result.meta["run_id"] = RunIdentifier(run_name=run_id, run_time=utcnow())
 
     failures: list[Failure] = []
     for r in result.results:
@@ -335,7 +418,7 @@ def validate_frame(
         failures=failures,
         evaluated=len(result.results),
         version=version,
-        suite_digest=suite_digest(suite),
+        suite_digest=digest,
     )
 
     folder = layout.validation_run(run_id)

@@ -14,6 +14,7 @@ from app.components import (
     require_user,
     show_flash,
     split_dataset,
+    wait_for_engine,
 )
 from core import auth, datasets, maintenance
 from core.errors import OreoError
@@ -48,6 +49,7 @@ def size_text(size: int) -> str:
 
 def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: Any) -> None:
     """Run ``maintain`` with a progress bar, keep its report for the next run, then rerun."""
+    wait_for_engine()
     bar = st.progress(0.0, text=f"{title}: starting")
 
     def progress(message: str, fraction: float) -> None:

@@ -21,6 +21,7 @@ from app.components import (
     require_user,
     show_flash,
     split_dataset,
+    wait_for_engine,
 )
 from app.history_views import (
     activity_chart,
@@ -115,6 +116,7 @@ def restore_dialog(version: Version, current: int) -> None:
         if not reason.strip():
             st.error("A reason is required to restore a version: say why, for the audit log.")
             return
+        wait_for_engine()
         status = st.status(f"Restoring version {version.version}...", expanded=True)
         bar = status.progress(0.0, text="Starting")
         steps = [0]

@@ -22,6 +22,7 @@ from app.components import (
     show_flash,
     split_dataset,
     status_badge,
+    wait_for_engine,
 )
 from app.import_views import keep_upload, kept_upload, schema_frame, schema_styled, schema_summary
 from core import auth, imports
@@ -147,6 +148,7 @@ def planned(upload: imports.Upload, mode: str, key: str | None, version: int | N
 
 
 def submit(plan: imports.ImportPlan, title: str, description: str) -> None:
+    wait_for_engine()
     status = st.status("Submitting the import...", expanded=True)
     bar = status.progress(0.0, text="Starting")
 

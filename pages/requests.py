@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.approval_views import interrupted_approval_note
+from app.approval_views import approval_note, stage_summary, stage_timings
 from app.components import (
     catalog,
     close_dialog,
@@ -70,6 +70,7 @@ with oreo_errors():
                     "kind": cr.kind,
                     "dataset": f"{cr.project_id}/{cr.dataset_id}",
                     "checks": getattr(cr, "validation_status", None) or "",
+                    "stages": stage_summary(cr.stages),
                     "rows": cr.rows,
                     "cells": cr.cells,
                     "created": cr.created_at,
@@ -85,6 +86,7 @@ with oreo_errors():
                 "kind",
                 "dataset",
                 "checks",
+                "stages",
                 "rows",
                 "cells",
                 "created",
@@ -111,7 +113,8 @@ with oreo_errors():
             if cr.description:
                 text.caption(cr.description)
             with text:
-                interrupted_approval_note(merge.approval_state(catalog(), cr.id, actor=user), author=True)
+                stage_timings(cr)
+                approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user), author=True)
             if current > cr.base_version:
                 text.caption(
                     f"Based on version {cr.base_version}; the table is now at version {current}. "

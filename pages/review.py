@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from app.approval_views import interrupted_approval_note
+from app import background
+from app.approval_views import approval_note, approval_outcome, follow_approval, stage_timings
 from app.change_views import diff_table, findings, schema_change_line, schema_changes
 from app.components import (
     catalog,
@@ -17,10 +18,10 @@ from app.components import (
     require_user,
     show_flash,
     status_badge,
+    wait_for_engine,
 )
 from core import auth, change_requests, datasets, merge
 from core.change_requests import ChangeRequest, CRState
-from core.errors import OreoError
 
 user = require_user()
 st.title("Review")
@@ -43,28 +44,18 @@ def approve_dialog(cr: ChangeRequest) -> None:
         close_dialog("approve")
         st.rerun()
     if left.button("Approve and merge", key="approve_confirm", type="primary", width="stretch"):
-        status = st.status("Merging...", expanded=True)
-        bar = status.progress(0.0, text="Starting")
-
-        def progress(fraction: float, message: str) -> None:
-            bar.progress(min(max(fraction, 0.0), 1.0), text=message)
-
-        with oreo_errors():
-            try:
-                merged = merge.approve_change_request(
-                    catalog(), cr.id, actor=user, comment=comment.strip() or None, progress=progress
-                )
-            except OreoError:
-                status.update(label="Not merged", state="error")
-                raise
-            status.update(label=f"Merged as version {merged.merged_version}", state="complete")
-            flash(
-                f"Merged `{cr.id}` ({cr.title}) into `{cr.project_id}/{cr.dataset_id}` as version "
-                f"{merged.merged_version}."
-            )
+        # The approval runs in the server (app.background): closing this tab does not stop it,
+        # and the request shows "Merging…" and then the outcome to whoever opens it.
+        job = background.start_approval(catalog(), cr, actor=user, comment=comment.strip() or None)
+        st.caption("You can close this page: the approval goes on, and the Review page shows how it ended.")
+        wait_for_engine()  # the approval itself waits for it in the server
+        job = follow_approval(job, st.container(key="approve_status"))
+        if job.running or job.outcome == "merged":
             close_dialog("approve")
             st.session_state.pop("approve_comment", None)
-            st.rerun()
+            st.rerun()  # the page shows the outcome
+        else:
+            st.error(job.error, icon=":material/error:")
 
 
 @st.dialog("Reject change request?", on_dismiss=lambda: close_dialog("reject"))
@@ -84,6 +75,23 @@ def reject_dialog(cr: ChangeRequest) -> None:
             st.rerun()
 
 
+def recent_outcomes(projects: set[str]) -> None:
+    """Approvals of these projects that ended in this server lately, until this session dismisses them."""
+    dismissed = st.session_state.setdefault("review_dismissed", set())
+    for job in background.approvals():
+        if job.running or job.project_id not in projects or (job.cr_id, job.finished) in dismissed:
+            continue
+        with st.container(key=f"review_outcome_{job.cr_id}"):
+            text, close = st.columns([8, 1], vertical_alignment="top")
+            with text:
+                approval_outcome(job)
+                if job.approver != user.username:
+                    st.caption(f"Approved by {job.approver}.")
+            if close.button("Dismiss", key=f"review_dismiss_{job.cr_id}", icon=":material/close:", type="tertiary"):
+                dismissed.add((job.cr_id, job.finished))
+                st.rerun()
+
+
 def conflicts_of(cr: ChangeRequest, version: int | None) -> list[merge.Conflict]:
     """Conflicts are read from the change feed with Spark: remember them until ``main`` moves on."""
     cache = st.session_state.setdefault("review_conflicts", {})
@@ -99,6 +107,7 @@ with oreo_errors():
     if not approving:
         st.info("You are not an approver in any project.")
         st.stop()
+    recent_outcomes(approving)
     queue = [
         cr
         for cr in change_requests.list_change_requests(catalog(), actor=user, state=CRState.OPEN)
@@ -108,6 +117,7 @@ with oreo_errors():
         st.info("No open change requests to review.")
         st.stop()
 
+    merging = {job.cr_id: job for job in background.approvals() if job.running}
     st.caption(f"**{len(queue)}** open change request(s) in your projects, newest first")
     st.dataframe(
         pd.DataFrame(
@@ -119,6 +129,7 @@ with oreo_errors():
                     "kind": cr.kind,
                     "author": cr.author,
                     "checks": getattr(cr, "validation_status", None) or "",
+                    "approval": "merging…" if cr.id in merging else "",
                     "rows": cr.rows,
                     "cells": cr.cells,
                     "created": cr.created_at,
@@ -132,7 +143,9 @@ with oreo_errors():
     )
     by_id = {cr.id: cr for cr in queue}
     if st.session_state.get("review_cr") not in by_id:
-        st.session_state["review_cr"] = queue[0].id
+        # Someone coming back to an approval they started lands on it.
+        theirs = [cr_id for cr_id, job in merging.items() if job.approver == user.username and cr_id in by_id]
+        st.session_state["review_cr"] = theirs[0] if theirs else queue[0].id
     chosen = st.selectbox(
         "Change request",
         list(by_id),
@@ -148,9 +161,10 @@ with oreo_errors():
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
         f"{cr.rows} row(s), {cr.cells} cell(s)"
     )
+    stage_timings(cr)
     if cr.description:
         st.markdown(cr.description)
-    interrupted_approval_note(merge.approval_state(catalog(), cr.id, actor=user))
+    approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user))
 
     info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
     run = change_requests.validation_for(catalog(), cr.id, actor=user)
@@ -174,13 +188,15 @@ with oreo_errors():
             key="review_approve",
             type="primary",
             icon=":material/check:",
-            disabled=bool(blocked),
+            disabled=bool(blocked) or cr.id in merging,
             width="stretch",
         ):
             open_dialog("approve", cr.id)
         if reject_col.button("Reject", key="review_reject", icon=":material/close:", width="stretch"):
             open_dialog("reject", cr.id)
-        if blocked:
+        if cr.id in merging:
+            note.caption(f"{merging[cr.id].approver} is approving it now.")
+        elif blocked:
             note.caption(f"Approval is blocked: {' and '.join(blocked)}. Reject it so the author can re-submit.")
         else:
             note.caption(f"Data checks: {status_badge(run.status if run else None)} · no conflicts")

@@ -17,6 +17,7 @@ from typing import Any
 import streamlit as st
 
 from app import editing, filter_bar
+from app.approval_views import SUBMIT_STAGES, StageStatus, stage_summary
 from app.components import (
     DATASET_KEY,
     catalog,
@@ -30,6 +31,7 @@ from app.components import (
     show_flash,
     split_dataset,
     status_badge,
+    wait_for_engine,
 )
 from app.filter_bar import CONDITIONS_KEY, TableQuery
 from app.formatting import EMPTY, display_value, shortened
@@ -114,14 +116,25 @@ def submit_dialog(session_id: str, pending: int) -> None:
         st.rerun()
     if left.button("Submit", key="submit_confirm", type="primary", width="stretch"):
         with oreo_errors():
-            with st.spinner("Staging the change and running the data checks...", show_time=True):
+            wait_for_engine()
+            stages = StageStatus("Submitting…", SUBMIT_STAGES)
+            try:
                 cr = change_requests.submit_change_request(
-                    catalog(), session_id, actor=user, title=title.strip() or None, description=description.strip()
+                    catalog(),
+                    session_id,
+                    actor=user,
+                    title=title.strip() or None,
+                    description=description.strip(),
+                    stage=stages,
                 )
+            except OreoError:
+                stages.finish("Not submitted", failed=True)
+                raise
+            stages.finish(f"Submitted `{cr.id}`")
             status = getattr(cr, "validation_status", None)
             flash(
                 f"Submitted change request `{cr.id}` ({cr.rows} row(s), {cr.cells} cell(s)). "
-                f"Data checks: {status_badge(status)}",
+                f"Data checks: {status_badge(status)} · {stage_summary(cr.stages)}",
                 kind="warning" if status in ("warning", "failed") else "success",
             )
             close_dialog("submit")

@@ -1,12 +1,18 @@
-"""The storage contract: id validation and every path of a dataset's folder layout."""
+"""The storage contract: id validation, every path of a dataset's folder layout, and main's file layout."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from pathlib import Path
 
 import pytest
 
-from core.errors import InvalidInput
+from core import change_requests, engine, maintenance, merge, reads, sessions
+from core.auth import Role, add_member, create_user, get_user
+from core.catalog import Catalog
+from core.datasets import create_dataset, layout_for, sync_dataset
+from core.errors import EngineError, InvalidInput
 from core.layout import (
     AUDIT_SUBDIRS,
     DATASET_SUBDIRS,
@@ -16,6 +22,7 @@ from core.layout import (
     project_root,
     validate_id,
 )
+from core.projects import create_project
 
 BAD_IDS = [
     pytest.param("..", id="dotdot"),
@@ -152,3 +159,179 @@ def test_sub_ids_are_validated_too(tmp_path: Path, resolve) -> None:  # type: ig
     with pytest.raises(InvalidInput, match="id"):
         resolve(layout)
     assert not (tmp_path / "data").exists()
+
+
+# ---------------------------------------------------------------- the file layout of main (row_id ranges)
+
+
+def _row_id_ranges(main: Path) -> list[tuple[str, str, int]]:
+    """(min row_id, max row_id, rows) of each live data file of ``main``, as delta-rs sees the log."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(str(main)).get_add_actions(flatten=True)).to_pydict()
+    return sorted(zip(actions["min.row_id"], actions["max.row_id"], actions["num_records"], strict=True))
+
+
+def _disjoint(ranges: list[tuple[str, str, int]]) -> bool:
+    return all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+
+
+def _people(tmp_path: Path, rows: int) -> Path:
+    """A CSV of ``rows`` people whose ids come in shuffled order (the file is not sorted by key)."""
+    ids = list(range(1, rows + 1))
+    random.Random(5).shuffle(ids)
+    source = tmp_path / "people.csv"
+    source.write_text("id,name,age\n" + "".join(f"{i},name {i},{20 + i % 50}\n" for i in ids))
+    return source
+
+
+def _approve_edit(
+    catalog: Catalog,
+    row_ids: list[str],
+    value: str,
+    *,
+    skippable_gone: pytest.MonkeyPatch | None = None,
+) -> dict[str, str]:
+    """Set ``name`` of ``row_ids`` through an approved change request; the MERGE commit's metrics.
+
+    With ``skippable_gone``, the data files whose row_id range cannot hold ``row_ids`` are
+    moved away for the MERGE alone (back before the catalog sync counts the rows): the
+    MERGE then succeeds only if it skips them.
+    """
+    main = layout_for("demo", "people").main
+    editor, approver = get_user(catalog, "ed"), get_user(catalog, "al")
+    session = sessions.open_session(catalog, "demo", "people", actor=editor)
+    sessions.apply_edits(
+        catalog, session.session_id, [sessions.SetCell(r, "name", value) for r in row_ids], actor=editor
+    )
+    request = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="names")
+    if skippable_gone is not None:
+        gone = _files_outside(main, row_ids)
+        assert gone
+        aside = main.parent / "aside"
+        aside.mkdir(exist_ok=True)
+        for path in gone:
+            path.rename(aside / path.name)
+        merge_with_retries = merge._merge_with_retries
+
+        def merge_without_them(*args, **kwargs):  # type: ignore[no-untyped-def]
+            try:
+                return merge_with_retries(*args, **kwargs)
+            finally:
+                for path in gone:
+                    (aside / path.name).rename(path)
+
+        skippable_gone.setattr(merge, "_merge_with_retries", merge_without_them)
+    merge.approve_change_request(catalog, request.id, actor=approver)
+    (last,) = engine.history(main, limit=1)
+    assert last.operation == "MERGE"
+    return last.operation_metrics
+
+
+def _files_outside(main: Path, row_ids: list[str]) -> list[Path]:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    actions = pa.table(DeltaTable(str(main)).get_add_actions(flatten=True)).to_pydict()
+    return [
+        main / path
+        for path, low, high in zip(actions["path"], actions["min.row_id"], actions["max.row_id"], strict=True)
+        if not any(low <= r <= high for r in row_ids)
+    ]
+
+
+def _names(main: Path, row_ids: list[str]) -> dict[str, str]:
+    placeholders = ", ".join("?" for _ in row_ids)
+    rows = reads.cursor().execute(
+        f"SELECT row_id, name FROM delta_scan(?) WHERE row_id IN ({placeholders})", [str(main), *row_ids]
+    )
+    return dict(rows.fetchall())
+
+
+@pytest.fixture
+def people(spark, catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # type: ignore[no-untyped-def]
+    """``demo/people``: 3,000 rows written by ``create_dataset`` with a tiny target file size."""
+    monkeypatch.setattr(engine, "MAIN_FILE_BYTES", 8 << 10)
+    create_project(catalog, "demo")
+    for name, role in (("ed", Role.EDITOR), ("al", Role.APPROVER), ("ada", Role.ADMIN)):
+        create_user(catalog, name, password=f"{name}-password-1")
+        add_member(catalog, "demo", name, role)
+    create_dataset(catalog, "demo", "people", _people(tmp_path, 3000), key="id")
+    return layout_for("demo", "people").main
+
+
+@pytest.mark.spark
+def test_main_is_written_in_sorted_row_id_ranges_that_every_reader_reads(people: Path) -> None:
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    ranges = _row_id_ranges(people)
+    assert len(ranges) >= 3, ranges
+    assert _disjoint(ranges), ranges
+    assert sum(r[2] for r in ranges) == 3000
+    for uri in DeltaTable(str(people)).file_uris():
+        ids = pq.read_table(uri.removeprefix("file://"), columns=["row_id"]).column("row_id").to_pylist()
+        assert ids == sorted(ids)
+    # No column mapping nor new table features: DuckDB's delta_scan (the app's reads) reads it
+    # all, and delta-rs reads its log (the file ranges above). delta-rs 1.6 reads no main
+    # table's data: deletion vectors and type widening, on since before, are reader features.
+    duck = reads.cursor().execute("SELECT count(*), count(DISTINCT row_id) FROM delta_scan(?)", [str(people)])
+    assert duck.fetchone() == (3000, 3000)
+
+
+@pytest.mark.spark
+def test_a_small_merge_reads_only_the_files_its_rows_can_be_in(
+    people: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metrics = _approve_edit(catalog, ["1", "2"], "renamed")
+    assert int(metrics["numTargetRowsUpdated"]) == 2
+    assert _names(people, ["1", "2", "3"]) == {"1": "renamed", "2": "renamed", "3": "name 3"}
+    # The files that cannot hold the rows are not even opened: with them gone it still merges.
+    metrics = _approve_edit(catalog, ["7"], "skipped the rest", skippable_gone=monkeypatch)
+    assert int(metrics["numTargetRowsUpdated"]) == 1
+
+
+@pytest.mark.spark
+def test_a_source_over_the_small_size_scans_main_whole(
+    people: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(merge, "SMALL_SOURCE_ROWS", 2)
+    metrics = _approve_edit(catalog, ["4", "5", "6"], "again")
+    assert int(metrics["numTargetRowsUpdated"]) == 3
+    assert _names(people, ["4", "6", "7"]) == {"4": "again", "6": "again", "7": "name 7"}
+    # Without the IN-list every file is read, so a missing one fails the MERGE.
+    with pytest.raises(EngineError, match="Spark could not merge"):
+        _approve_edit(catalog, ["8", "9", "10"], "never", skippable_gone=monkeypatch)
+
+
+def test_the_in_list_is_only_for_small_sources(tmp_path: Path) -> None:
+    main, staging = tmp_path / "main", tmp_path / "staging"
+    small = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=["b'1", "a"])
+    assert "ON t.row_id = s.row_id AND t.row_id IN ('a', 'b\\'1') WHEN MATCHED" in small
+    assert "USING (SELECT /*+ BROADCAST */ * FROM delta.`" in small
+    for row_ids in (None, []):
+        big = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=row_ids)
+        assert f"USING delta.`{staging}` AS s ON t.row_id = s.row_id WHEN MATCHED" in big
+
+
+@pytest.mark.spark
+def test_zorder_by_row_id_gives_an_old_table_the_new_layout(
+    spark, people: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rewrite main as tables were written before: a plain Spark write, rows spread over files.
+    old = engine.new_commit("system", "test_old_layout")
+    frame = spark.read.format("delta").load(str(people)).repartition(4)
+    with engine.commit_metadata(old):
+        frame.write.format("delta").mode("overwrite").save(str(people))
+    sync_dataset(catalog, "demo", "people", old, version=engine.latest_version(people))
+    assert not _disjoint(_row_id_ranges(people))
+
+    report = maintenance.maintain(catalog, "demo", "people", actor=get_user(catalog, "ada"), zorder=["row_id"])
+
+    assert report["steps"]["optimize"]["zorder"] == ["row_id"]
+    ranges = _row_id_ranges(people)
+    assert len(ranges) >= 3 and _disjoint(ranges), ranges
+    assert sum(r[2] for r in ranges) == 3000
+    metrics = _approve_edit(catalog, ["10"], "after optimize", skippable_gone=monkeypatch)
+    assert int(metrics["numTargetRowsUpdated"]) == 1

@@ -375,6 +375,42 @@ def test_swapping_values_between_rows_keeps_column_checksums_but_not_the_table_h
     assert report.match is False
 
 
+def _lossy_writer(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """Make the Delta write store altered rows, as a buggy writer would (the rows handed to it are right)."""
+    original = datasets._write_main
+
+    def writer(layout: Any, converted: Path, commit: Any) -> None:
+        pq.write_table(change(pq.read_table(converted)), converted)
+        original(layout, converted, commit)
+
+    monkeypatch.setattr(datasets, "_write_main", writer)
+
+
+def test_a_value_the_delta_write_alters_is_reported(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta side is the stored table's: rows altered after they were handed to the writer are caught."""
+    table = small_table(dsn)
+    _lossy_writer(monkeypatch, lambda t: _set_value(t, "name", 2, "altered"))
+    report = migrate.migrate_postgres(project, PROJECT, "small", dsn=dsn, table=table, key="id")
+    assert report.version == 0
+    assert report.match is False
+    assert report.mismatched_columns == ["name"]
+    assert report.source_rows == report.delta_rows == 20
+    assert report.table_hash_source != report.table_hash_delta
+
+
+def test_a_row_the_delta_write_loses_is_reported(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = small_table(dsn)
+    _lossy_writer(monkeypatch, lambda t: t.slice(1))
+    report = migrate.migrate_postgres(project, PROJECT, "small", dsn=dsn, table=table)
+    assert report.match is False
+    assert (report.source_rows, report.delta_rows) == (20, 19)
+    assert report.mismatched_columns == ["id", "name"]
+
+
 def test_null_and_empty_text_are_told_apart(project: Catalog, dsn: str) -> None:
     table = make_table(dsn, "id int, t text", [(1, ""), (2, None)])
     honest = migrate.migrate_postgres(project, PROJECT, "t", dsn=dsn, table=table, dry_run=True)

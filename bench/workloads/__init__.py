@@ -6,15 +6,22 @@ from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
 from bench.workloads import (
+    app_start,
     approve,
+    concurrent_readers,
     csv_append,
     diff_page,
     edit_save,
     history_list,
+    merge_layout,
     migrate_postgres,
     page_filter,
     page_read,
     restore,
+    scale_10m,
+    small_approve,
+    small_submit,
+    streamlit_sessions,
     version_diff,
 )
 
@@ -25,10 +32,17 @@ WORKLOADS: dict[str, Workload] = {
     page_filter.NAME: page_filter.run,
     edit_save.NAME: edit_save.run,
     approve.NAME: approve.run,
+    small_submit.NAME: small_submit.run,
+    small_approve.NAME: small_approve.run,
     diff_page.NAME: diff_page.run,
     history_list.NAME: history_list.run,
     version_diff.NAME: version_diff.run,
     restore.NAME: restore.run,
     csv_append.NAME: csv_append.run,
     migrate_postgres.NAME: migrate_postgres.run,
+    merge_layout.NAME: merge_layout.run,
+    app_start.NAME: app_start.run,
+    scale_10m.NAME: scale_10m.run,
+    concurrent_readers.NAME: concurrent_readers.run,
+    streamlit_sessions.NAME: streamlit_sessions.run,
 }

@@ -133,6 +133,14 @@ def measure_interleaved(
     }
 
 
+def stage_breakdown(stages: list[tuple[str, float]]) -> list[Timing]:
+    """One ``core stage: NAME`` timing per stage name, from ``(name, seconds)`` samples in run order."""
+    by_stage: dict[str, list[float]] = {}
+    for name, seconds in stages:
+        by_stage.setdefault(name, []).append(seconds * 1000.0)
+    return [Timing(label=f"core stage: {name}", samples_ms=tuple(ms)) for name, ms in by_stage.items()]
+
+
 def expect(condition: bool, message: str) -> None:
     """Stop the run when a measured call returned the wrong answer (a fast wrong answer is no result)."""
     if not condition:

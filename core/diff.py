@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from core import reads
-from core.errors import EngineError, InvalidInput
+from core.errors import EngineError
 
 ChangeKind = Literal["insert", "update", "delete"]
 
@@ -104,10 +104,7 @@ def diff(before: Relation, after: Relation, columns: list[str], *, limit: int = 
         InvalidInput: Bad limit or offset.
         EngineError: DuckDB could not read the tables.
     """
-    if not 1 <= int(limit) <= 10_000:
-        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
-    if int(offset) < 0:
-        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    reads.check_page(limit, offset)
     body, params = _changes_sql(before, after, columns)
     sql = f"SELECT *, count(*) OVER () AS total FROM ({body}) ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?"
     try:
@@ -154,10 +151,7 @@ def counted_diff(
         InvalidInput: Bad limit or offset.
         EngineError: DuckDB could not read the tables.
     """
-    if not 1 <= int(limit) <= 10_000:
-        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
-    if int(offset) < 0:
-        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    reads.check_page(limit, offset)
     body, params = _changes_sql(before, after, columns)
     sql = f"""
         WITH body AS MATERIALIZED ({body}),
@@ -218,10 +212,7 @@ def staged_diff(
         InvalidInput: Bad limit or offset.
         EngineError: DuckDB could not read the tables.
     """
-    if not 1 <= int(limit) <= 10_000:
-        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
-    if int(offset) < 0:
-        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    reads.check_page(limit, offset)
     q, lit = reads.quote_ident, reads.quote_literal
     try:
         kinds = {

@@ -421,6 +421,14 @@ def _ordering(query: _Query, cols: str) -> Any | None:
     return ordering
 
 
+def check_page(limit: int, offset: int) -> None:
+    """Refuse a page size outside 1..10,000 or a negative offset (``InvalidInput``)."""
+    if not 1 <= int(limit) <= 10_000:
+        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
+    if int(offset) < 0:
+        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+
+
 def read_page(
     path: Path,
     *,
@@ -459,10 +467,7 @@ def read_page(
         InvalidInput: Unknown column, a filter value that does not fit its column, bad limit/offset.
         NotFound: No table at ``path`` or no such version.
     """
-    if not 1 <= int(limit) <= 10_000:
-        raise InvalidInput(f"limit must be between 1 and 10000, got {limit}", field="limit")
-    if int(offset) < 0:
-        raise InvalidInput(f"offset must be >= 0, got {offset}", field="offset")
+    check_page(limit, offset)
     _require_table(path)
     filters = filters or []
     conditions = conditions or []

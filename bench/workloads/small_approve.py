@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from bench._data import APPROVER, DATA_DIR, PROJECT, ensure_approver, ensure_customers
-from bench._harness import BenchConfig, Timing, WorkloadResult, expect, time_call
+from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_breakdown, time_call
 from bench.workloads.small_submit import small_editor
 
 NAME = "small_approve"
@@ -133,9 +133,6 @@ def run(config: BenchConfig) -> WorkloadResult:
         Timing(label=label, samples_ms=tuple(w for w, _ in s), cpu_ms=tuple(c for _, c in s), warmup=1)
         for label, s in samples.items()
     )
-    by_stage: dict[str, list[float]] = {}
-    for stage_name, seconds in stages:
-        by_stage.setdefault(stage_name, []).append(seconds * 1000.0)
     return WorkloadResult(
         name=NAME,
         description=f"approve a {ROWS}-cell change request ({ROWS} rows x 1 column) into a {config.rows:,}-row table",
@@ -144,7 +141,7 @@ def run(config: BenchConfig) -> WorkloadResult:
         ratio_baseline=bare.label,
         max_ratio=MAX_RATIO,
         max_median_ms=MAX_MEDIAN_MS,
-        breakdown=[Timing(label=f"core stage: {s}", samples_ms=tuple(v)) for s, v in by_stage.items()],
+        breakdown=stage_breakdown(stages),
         notes={
             "change": f"{ROWS} consecutive customers' {COLUMN}, fresh rows each round",
             "core includes": "checks, conflict search, validation, MERGE, catalog sync, audit, cleanup",

@@ -22,7 +22,7 @@ import sys
 import uuid
 
 from bench._data import DATA_DIR, PROJECT, ensure_customers, ensure_reader
-from bench._harness import BenchConfig, Timing, WorkloadResult, expect, time_call
+from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_breakdown, time_call
 
 NAME = "small_submit"
 ROWS = 5
@@ -127,9 +127,6 @@ def run(config: BenchConfig) -> WorkloadResult:
         Timing(label=label, samples_ms=tuple(w for w, _ in s), cpu_ms=tuple(c for _, c in s), warmup=1)
         for label, s in samples.items()
     )
-    by_stage: dict[str, list[float]] = {}
-    for stage, seconds in stages[2:]:  # the warm-up submit's stages left out
-        by_stage.setdefault(stage, []).append(seconds * 1000.0)
     return WorkloadResult(
         name=NAME,
         description=f"submit a {ROWS}-cell change request ({ROWS} rows x 1 column) on a {config.rows:,}-row table",
@@ -138,7 +135,7 @@ def run(config: BenchConfig) -> WorkloadResult:
         ratio_baseline=bare.label,
         max_ratio=MAX_RATIO,
         max_median_ms=MAX_MEDIAN_MS,
-        breakdown=[Timing(label=f"core stage: {s}", samples_ms=tuple(v)) for s, v in by_stage.items()],
+        breakdown=stage_breakdown(stages[2:]),  # the warm-up submit's stages left out
         notes={
             "change": f"{ROWS} consecutive customers' {COLUMN}, fresh rows each round; withdrawn after",
             "core includes": "checks, staged rows from DuckDB + Spark write, GX validation, catalog row, audit",

@@ -363,7 +363,7 @@ def _ordered_page(
 # int64 rows). A committed version never changes; its commit file's identity is part of
 # the key, so a table replaced under the same path is never answered from memory.
 _ORDERINGS_MAX_BYTES = 256 * 1024 * 1024
-_ORDERINGS_MAX = 32
+_ORDERINGS_MAX = 128
 _orderings_lock = threading.Lock()
 _orderings: dict[tuple[Any, ...], Any] = {}  # insertion order = age; values are pyarrow Tables
 _orderings_seen: set[tuple[Any, ...]] = set()
@@ -372,14 +372,11 @@ _orderings_refused: set[tuple[Any, ...]] = set()
 
 
 def _ordering_key(query: _Query, cols: str) -> tuple[Any, ...] | None:
-    if query.version is None:
-        return None
-    try:
-        stat = (Path(query.path) / "_delta_log" / f"{int(query.version):020d}.json").stat()
-    except OSError:
-        return None  # e.g. a version only in a checkpoint: not remembered
+    version = None if query.version is None else _version_key(query.path, query.version)
+    if version is None:
+        return None  # no version, or one only in a checkpoint: not remembered
     params = tuple(repr(p) for p in (*query.source_params, *query.where_params))
-    return (str(query.path), query.version, stat.st_mtime_ns, stat.st_size, query.where, query.order, cols, params)
+    return (*version, query.where, query.order, cols, params)
 
 
 def _ordering(query: _Query, cols: str) -> Any | None:
@@ -411,14 +408,156 @@ def _ordering(query: _Query, cols: str) -> Any | None:
     finally:
         with _orderings_lock:
             _orderings_building.discard(key)
+    if ordering.nbytes > _ORDERINGS_MAX_BYTES:
+        with _orderings_lock:
+            _orderings_refused.add(key)  # too big to keep: later reads page with LIMIT/OFFSET
+    _remember(key, ordering)
+    return ordering
+
+
+# ---------------------------------------------------------------- versions held in memory
+
+# A committed version read again and again (the Table page of a dataset many people look
+# at) is held whole in memory as an Arrow table, from its second read in a process, when
+# it fits the budget (``OREO_READ_CACHE_MB``; the oldest held version goes first). A page
+# of a held version is then one ``take`` of row positions: each view (filter and sort)
+# keeps the positions of its matching rows in order (in ``_orderings``, computed once by
+# DuckDB over the held table with the same WHERE and ORDER BY as a scan), and its later
+# pages, in any thread, slice them. Versions too big for the budget keep the scan path,
+# so a page of a 10M-row table still costs the page, not the table.
+_POS = "__oreo_pos"
+_HELD_SAMPLE_ROWS = 2048
+_held_lock = threading.Lock()
+_held: dict[tuple[Any, ...], _Held] = {}  # insertion order = age
+_held_seen: set[tuple[Any, ...]] = set()
+_held_building: set[tuple[Any, ...]] = set()
+_held_refused: set[tuple[Any, ...]] = set()
+_held_loads = iter(range(1, 1 << 62))
+
+
+@dataclass(frozen=True)
+class _Held:
+    """One committed version in memory; ``positioned`` adds each row's position (``_POS``)."""
+
+    load: int  # tells two loads of one version apart (their orderings are not shared)
+    table: Any  # pyarrow.Table
+    positioned: Any  # pyarrow.Table
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.positioned.nbytes)
+
+
+def _version_key(path: Path, version: int) -> tuple[Any, ...] | None:
+    """(path, version, commit file identity), or None for a version only in a checkpoint."""
+    try:
+        stat = (Path(path) / "_delta_log" / f"{int(version):020d}.json").stat()
+    except OSError:
+        return None
+    return (str(path), int(version), stat.st_mtime_ns, stat.st_size)
+
+
+def _held_budget() -> int:
+    from core.config import get_settings
+
+    return max(0, int(get_settings().read_cache_mb)) << 20
+
+
+def _held_version(path: Path, version: int, known_total: int | None) -> _Held | None:
+    """``path`` at ``version`` in memory, loaded now on its second read if it fits; else None.
+
+    While one thread loads a version, the others read theirs with the scan path.
+    """
+    key = _version_key(path, version)
+    budget = _held_budget()
+    if key is None or not budget:
+        return None
+    with _held_lock:
+        held = _held.get(key)
+        if held is not None:
+            _held[key] = _held.pop(key)  # now the newest
+            return held
+        if key not in _held_seen:
+            if len(_held_seen) > 1024:
+                _held_seen.clear()
+            _held_seen.add(key)
+            return None
+        if key in _held_building or key in _held_refused:
+            return None
+        _held_building.add(key)
+    try:
+        held = _load_held(path, version, known_total, budget)
+    finally:
+        with _held_lock:
+            _held_building.discard(key)
+    with _held_lock:
+        if held is None:
+            _held_refused.add(key)
+            return None
+        for other in [k for k in _held if k[0] == key[0]]:
+            del _held[other]  # an older version of the same table: its readers move on
+        _held[key] = held
+        while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:
+            del _held[next(iter(_held))]
+    return held
+
+
+def _load_held(path: Path, version: int, known_total: int | None, budget: int) -> _Held | None:
+    """The whole version as Arrow, or None when a sample says it would not fit ``budget``."""
+    import pyarrow as pa
+
+    scan, extra = _scan(version)
+    params = [str(path), *extra]
+    total = known_total
+    if total is None:
+        row = _run(f"SELECT count(*) FROM {scan}", params, path).fetchone()
+        total = int(row[0]) if row else 0
+    sample = _run(f"SELECT * FROM {scan} LIMIT {_HELD_SAMPLE_ROWS}", params, path).to_arrow_table()
+    if sample.num_rows and sample.nbytes / sample.num_rows * total * 1.25 > budget:
+        return None
+    table = _run(f"SELECT * FROM {scan}", params, path).to_arrow_table().combine_chunks()
+    if table.nbytes > budget:
+        return None
+    positions = pa.array(range(table.num_rows), pa.int64())
+    return _Held(next(_held_loads), table, table.append_column(_POS, positions))
+
+
+def _held_page(held: _Held, query: _Query, limit: int, offset: int) -> tuple[Any, int]:
+    """A page of a held version (Arrow) and the number of rows matching ``query``."""
+    positions = _held_ordering(held, query)
+    return held.table.take(positions.slice(offset, limit)), len(positions)
+
+
+def _held_ordering(held: _Held, query: _Query) -> Any:
+    """The positions of ``query``'s rows in ``held``, in the query's order (remembered)."""
+    params = tuple(repr(p) for p in query.where_params)
+    key = ("held", held.load, query.where, query.order, params)
+    with _orderings_lock:
+        if key in _orderings:
+            _orderings[key] = kept = _orderings.pop(key)
+            return kept
+    if not query.where and not query.order:
+        return held.positioned.column(_POS).combine_chunks()
+    view = f"oreo_held_{uuid.uuid4().hex}"
+    cursor().register(view, held.positioned)
+    try:
+        order = query.order or f" ORDER BY {quote_ident(_POS)}"
+        sql = f"SELECT {quote_ident(_POS)} FROM {view}{query.where}{order}"
+        positions = _run(sql, list(query.where_params), query.path).to_arrow_table().column(0).combine_chunks()
+    finally:
+        cursor().unregister(view)
+    _remember(key, positions)
+    return positions
+
+
+def _remember(key: tuple[Any, ...], ordering: Any) -> None:
+    """Keep ``ordering`` (an Arrow table or array) as the newest, within the orderings' budget."""
     with _orderings_lock:
         if ordering.nbytes > _ORDERINGS_MAX_BYTES:
-            _orderings_refused.add(key)  # too big to keep: later reads page with LIMIT/OFFSET
-            return ordering
+            return
         _orderings[key] = ordering
         while len(_orderings) > _ORDERINGS_MAX or sum(t.nbytes for t in _orderings.values()) > _ORDERINGS_MAX_BYTES:
             del _orderings[next(iter(_orderings))]  # the oldest
-    return ordering
 
 
 def check_page(limit: int, offset: int) -> None:
@@ -483,8 +622,11 @@ def read_page(
         rows, total = None, None
         if known_total is not None and not filters and not conditions:
             total = known_total + (overlay.added if overlay is not None else 0)
+        held = None if query.version is None else _held_version(path, query.version, known_total)
+        if held is not None:
+            rows, total = _held_page(held, query, int(limit), int(offset))
         identity = [c for c in (default_order or ["row_id"]) if c in columns]
-        if order and len(identity) == 1:
+        if rows is None and order and len(identity) == 1:
             first = order_by if order_by is not None else identity[0]
             ordered = _ordered_page(
                 query, first, columns[first], identity[0], int(limit), int(offset), count=bool(where) and total is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -31,6 +32,19 @@ def _rows(n: int, start: int = 0, seed: int = 3) -> pa.Table:
             "city": [CITIES[rng.randrange(len(CITIES))] for _ in ids],
         }
     )
+
+
+@pytest.fixture(params=["held", "scanned"], autouse=True)
+def read_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test runs with versions held in memory (the default) and with the scan path only."""
+    from core.config import get_settings
+
+    monkeypatch.setenv("OREO_READ_CACHE_MB", "1024" if request.param == "held" else "0")
+    get_settings.cache_clear()
+    for kept in (reads._held, reads._held_seen, reads._held_refused, reads._orderings, reads._orderings_seen):
+        kept.clear()
+    yield request.param
+    get_settings.cache_clear()
 
 
 @pytest.fixture
@@ -108,12 +122,17 @@ def test_many_threads_read_the_same_pages_as_one_plain_query(table: Path) -> Non
     assert problems == []
 
 
-def test_a_kept_ordering_serves_later_pages_of_that_version_only(table: Path) -> None:
+def test_a_kept_ordering_serves_later_pages_of_that_version_only(table: Path, read_cache: str) -> None:
     shape = SHAPES[2]
     for offset in (0, 40, 700):  # the second read of the view keeps its whole order
         page = _read(table, shape, offset)
         assert (list(page.rows["row_id"]), page.total) == _bare_ids(table, 0, shape[3], shape[4], shape[5], 25, offset)
-    assert any(key[0] == str(table) and key[1] == 0 for key in reads._orderings)
+    if read_cache == "held":  # the version itself is held, and the view's positions in it
+        assert [key[:2] for key in reads._held] == [(str(table), 0)]
+        assert any(key[0] == "held" for key in reads._orderings)
+    else:
+        assert any(key[0] == str(table) and key[1] == 0 for key in reads._orderings)
+        assert not reads._held
 
     write_deltalake(str(table), _rows(500, start=ROWS, seed=9), mode="append")  # version 1
     for version in (1, 0, 1):
@@ -153,3 +172,18 @@ def test_a_finished_threads_cursor_is_closed_when_another_thread_needs_one() -> 
     with pytest.raises(duckdb.ConnectionException):
         made[0].execute("SELECT 1")
     assert reads.cursor().execute("SELECT 2").fetchone() == (2,)  # this thread's own cursor still works
+
+
+def test_a_version_bigger_than_the_read_cache_is_paged_by_scans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from core.config import get_settings
+
+    path = tmp_path / "wide"
+    rows = _rows(ROWS)
+    write_deltalake(str(path), rows.append_column("note", pa.array(["x" * 600] * ROWS)))  # ~2 MB in memory
+    monkeypatch.setenv("OREO_READ_CACHE_MB", "1")
+    get_settings.cache_clear()
+    shape = SHAPES[1]
+    for offset in (0, 50, 2000):
+        page = _read(path, shape, offset)
+        assert (list(page.rows["row_id"]), page.total) == _bare_ids(path, 0, "", [], shape[5], 25, offset)
+    assert not reads._held and [key[:2] for key in reads._held_refused] == [(str(path), 0)]

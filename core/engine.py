@@ -426,15 +426,18 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 @contextmanager
-def dml_session(commit: CommitInfo, *, txn: tuple[str, int] | None = None) -> Iterator[SparkSession]:
-    """A Spark session whose next commit carries ``commit``'s userMetadata and ``txn``.
+def dml_session(
+    commit: CommitInfo, *, txn: tuple[str, int] | None = None, confs: dict[str, str] | None = None
+) -> Iterator[SparkSession]:
+    """A Spark session whose next commit carries ``commit``'s userMetadata and ``txn``,
+    with the SQL ``confs`` set too.
 
     Classic Spark gets a child session (``newSession``: its own SQL conf, shared
     SparkContext), so concurrent approvals in one process do not wait for each other.
     Spark Connect has no child sessions; there the shared session's conf is set under
     the commit lock, as in ``commit_metadata``.
     """
-    confs = {USER_METADATA_CONF: commit.user_metadata()}
+    confs = {**(confs or {}), USER_METADATA_CONF: commit.user_metadata()}
     if txn is not None:
         confs[TXN_APP_ID_CONF] = txn[0]
         confs[TXN_VERSION_CONF] = str(int(txn[1]))
@@ -446,13 +449,17 @@ def dml_session(commit: CommitInfo, *, txn: tuple[str, int] | None = None) -> It
         yield child
         return
     with _commit_lock:
+        before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in confs}
         for key, value in confs.items():
             spark.conf.set(key, value)
         try:
             yield spark
         finally:
-            for key in confs:
-                spark.conf.unset(key)
+            for key, old in before.items():
+                if old is None:
+                    spark.conf.unset(key)
+                else:
+                    spark.conf.set(key, old)
 
 
 def concurrency_exceptions() -> tuple[type[BaseException], ...]:

@@ -305,11 +305,34 @@ def test_a_source_over_the_small_size_scans_main_whole(
         _approve_edit(catalog, ["8", "9", "10"], "never", skippable_gone=monkeypatch)
 
 
+@pytest.mark.spark
+def test_a_small_merge_runs_from_memory_and_leaves_the_session_as_it_was(
+    spark, people: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    seen: list[str] = []
+    original = spark.conf.get("spark.sql.adaptive.enabled")
+    small_source = merge._small_source
+
+    def watched(staging: Path) -> merge._Staged:
+        staged = small_source(staging)
+        seen.append(f"{staged.rows.num_rows} rows" if staged.rows is not None else "scan")
+        return staged
+
+    monkeypatch.setattr(merge, "_small_source", watched)
+    metrics = _approve_edit(catalog, ["11", "12"], "from memory")
+    assert seen == ["2 rows"] and int(metrics["numTargetRowsUpdated"]) == 2
+    assert _names(people, ["11", "12", "13"]) == {"11": "from memory", "12": "from memory", "13": "name 13"}
+    assert spark.conf.get("spark.sql.adaptive.enabled") == original
+    assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("oreo_staged_")]
+
+
 def test_the_in_list_is_only_for_small_sources(tmp_path: Path) -> None:
     main, staging = tmp_path / "main", tmp_path / "staging"
     small = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=["b'1", "a"])
     assert "ON t.row_id = s.row_id AND t.row_id IN ('a', 'b\\'1') WHEN MATCHED" in small
     assert "USING (SELECT /*+ BROADCAST */ * FROM delta.`" in small
+    view = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=["a"], source="v1")
+    assert "USING (SELECT /*+ BROADCAST */ * FROM v1) AS s ON t.row_id = s.row_id AND t.row_id IN ('a')" in view
     for row_ids in (None, []):
         big = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=row_ids)
         assert f"USING delta.`{staging}` AS s ON t.row_id = s.row_id WHEN MATCHED" in big

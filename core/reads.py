@@ -264,18 +264,29 @@ class Overlay:
 
 
 def _source(
-    path: Path, version: int | None, overlay: Overlay | None, columns: dict[str, str]
-) -> tuple[str, list[Any], str | None]:
-    """The FROM item of a page query, its parameters, and the name of a registered overlay (or None)."""
+    path: Path, version: int | None, overlay: Overlay | None, columns: dict[str, str], held: _Held | None = None
+) -> tuple[str, list[Any], list[str]]:
+    """The FROM item of a page query, its parameters, and the views it registered (the overlay's).
+
+    With an overlay and the version ``held`` in memory, the overlay is laid over the held
+    table instead of a scan of the files.
+    """
     scan, extra = _scan(version)
     if overlay is None or not overlay.rows:
-        return scan, [str(path), *extra], None
+        return scan, [str(path), *extra], []
     import pyarrow as pa
 
+    views: list[str] = []
+    base_params: list[Any] = [str(path), *extra]
+    if held is not None:
+        scan, base_params = f"oreo_base_{uuid.uuid4().hex}", []
+        cursor().register(scan, held.table)
+        views.append(scan)
     names = list(columns)
     data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in overlay.rows.items()] for c in names}
     view = f"oreo_overlay_{uuid.uuid4().hex}"
     cursor().register(view, pa.table({c: pa.array(data[c], pa.string()) for c in names}))
+    views.append(view)
     typed = ", ".join(f"CAST({quote_ident(c)} AS {columns[c]}) AS {quote_ident(c)}" for c in names)
     by = overlay.key if overlay.key in columns else "row_id"
     replaced = f"SELECT CAST({quote_ident(by)} AS {columns[by]}) FROM {view}"
@@ -283,7 +294,7 @@ def _source(
         f"(SELECT * FROM {scan} WHERE {quote_ident(by)} NOT IN ({replaced}) "
         f"UNION ALL BY NAME SELECT {typed} FROM {view})"
     )
-    return sql, [str(path), *extra], view
+    return sql, base_params, views
 
 
 @dataclass(frozen=True)
@@ -616,14 +627,14 @@ def read_page(
     columns = {c.name: c.type for c in table_schema(path, version)} if needs_schema else {}
     where, where_params = _all_where(filters, conditions, columns)
     order = _order(order_by, descending, default_order, columns)
-    source, source_params, view = _source(path, version, overlay, columns)
+    held = None if version is None else _held_version(path, version, known_total)
+    source, source_params, views = _source(path, version, overlay, columns, held)
     try:
-        query = _Query(path, source, source_params, where, where_params, order, version if view is None else None)
+        query = _Query(path, source, source_params, where, where_params, order, None if views else version)
         rows, total = None, None
         if known_total is not None and not filters and not conditions:
             total = known_total + (overlay.added if overlay is not None else 0)
-        held = None if query.version is None else _held_version(path, query.version, known_total)
-        if held is not None:
+        if held is not None and not views:
             rows, total = _held_page(held, query, int(limit), int(offset))
         identity = [c for c in (default_order or ["row_id"]) if c in columns]
         if rows is None and order and len(identity) == 1:
@@ -641,7 +652,7 @@ def read_page(
             row = _run(f"SELECT count(*) FROM {source}{where}", [*source_params, *where_params], path).fetchone()
             total = int(row[0]) if row else 0
     finally:
-        if view is not None:
+        for view in views:
             cursor().unregister(view)
     return Page(rows=frame, total=total)
 
@@ -662,7 +673,7 @@ def first_emptying_condition(
         return None
     columns = {c.name: c.type for c in table_schema(path, version)}
     checked = check_conditions(list(conditions), columns)
-    source, source_params, view = _source(path, version, overlay, columns)
+    source, source_params, views = _source(path, version, overlay, columns)
     try:
         # One scan: for each prefix of the conditions, whether any row passes it.
         predicates = [condition_sql(c, columns[c.column]) for c in checked]
@@ -675,7 +686,7 @@ def first_emptying_condition(
         sql = f"SELECT count(*), {', '.join(selects)} FROM {source}"
         row = _run(sql, [*params, *source_params], path).fetchone()
     finally:
-        if view is not None:
+        for view in views:
             cursor().unregister(view)
     if row is None or not row[0]:
         return None  # an empty table: no filter removed anything

@@ -174,7 +174,9 @@ def test_a_finished_threads_cursor_is_closed_when_another_thread_needs_one() -> 
     assert reads.cursor().execute("SELECT 2").fetchone() == (2,)  # this thread's own cursor still works
 
 
-def test_a_version_bigger_than_the_read_cache_is_paged_by_scans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_version_bigger_than_the_read_cache_is_paged_by_scans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from core.config import get_settings
 
     path = tmp_path / "wide"
@@ -187,3 +189,39 @@ def test_a_version_bigger_than_the_read_cache_is_paged_by_scans(tmp_path: Path, 
         page = _read(path, shape, offset)
         assert (list(page.rows["row_id"]), page.total) == _bare_ids(path, 0, "", [], shape[5], 25, offset)
     assert not reads._held and [key[:2] for key in reads._held_refused] == [(str(path), 0)]
+
+
+def test_pages_with_pending_edits_show_the_edited_rows(table: Path, read_cache: str) -> None:
+    """A session's overlay over the table (held in memory or scanned) reads as the edited rows would."""
+    base = reads.cursor().execute("SELECT * FROM delta_scan(?)", [str(table)]).to_arrow_table().to_pandas()
+    ids = sorted(base["row_id"])
+    changed = {ids[5]: ("Zagreb", "999.5"), ids[10]: (None, "150.25"), ids[2000]: ("Aarhus", None)}
+    added = {"r900001": (900001, "Aarhus", "1.5"), "r900002": (900002, None, "250")}
+    rows: dict[str, dict[str, str | None]] = {}
+    for row_id, (city, spend) in changed.items():
+        k = int(base.loc[base["row_id"] == row_id, "k"].iloc[0])
+        rows[row_id] = {"row_id": row_id, "k": str(k), "spend": spend, "city": city}
+    for row_id, (k, city, spend) in added.items():
+        rows[row_id] = {"row_id": row_id, "k": str(k), "spend": spend, "city": city}
+    overlay = reads.Overlay(rows=rows, added=len(added))
+    import pandas as pd
+
+    new_rows = pd.DataFrame(list(rows.values())).astype({"k": "int64", "spend": "float64"})
+    edited = pd.concat([base[~base["row_id"].isin(list(rows))], new_rows])
+    masks = {
+        None: lambda f: f,
+        "spend >= 100": lambda f: f[f["spend"] >= 100],
+        "city = Oslo": lambda f: f[f["city"] == "Oslo"],
+    }
+    for order_by, descending, where, *_ in SHAPES:
+        matching = masks[where](edited)
+        by = [order_by, "k"] if order_by else ["k"]
+        expected = matching.sort_values(by, ascending=[not descending, True][: len(by)], na_position="last")
+        for offset in (0, 1000, 0, 1000):  # the second read of the version holds it
+            page = reads.read_page(
+                table, version=0, conditions=[parse_where(where)] if where else None, order_by=order_by,
+                descending=descending, default_order=["k"], limit=25, offset=offset, overlay=overlay,
+            )  # fmt: skip
+            assert list(page.rows["row_id"]) == list(expected["row_id"].iloc[offset : offset + 25]), (where, order_by)
+            assert page.total == len(matching)
+    assert bool(reads._held) == (read_cache == "held")  # the overlay was laid over the held version

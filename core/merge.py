@@ -319,6 +319,7 @@ def merge_staged(
     main: Path, staging: Path, commit: engine.CommitInfo, *, txn: tuple[str, int] | None = None, widen: bool = False
 ) -> None:
     """The one MERGE statement of a staging table into ``main``, as an approval runs it (no checks)."""
+    from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import from_arrow_schema
 
     columns = staged_columns(staging)
@@ -327,10 +328,16 @@ def merge_staged(
     small = staged.rows is not None
     with engine.dml_session(commit, txn=txn, confs=SMALL_MERGE_CONFS if small else None) as spark:
         view = None
+        schema = None
         if small:
             # DuckDB reads a Delta timestamp as a zoned Arrow timestamp and a timestamp_ntz
-            # as a naive one, so each maps back to its own Spark type.
-            schema = from_arrow_schema(staged.rows.schema, prefer_timestamp_ntz=True)
+            # as a naive one, so each maps back to its own Spark type. A type Spark cannot
+            # take from Arrow leaves the staging table as the source.
+            try:
+                schema = from_arrow_schema(staged.rows.schema, prefer_timestamp_ntz=True)
+            except (PySparkException, TypeError, ValueError):
+                schema = None
+        if schema is not None:
             view = f"oreo_staged_{uuid.uuid4().hex}"
             spark.createDataFrame(staged.rows, schema=schema).createOrReplaceTempView(view)
         sql = _merge_sql(

@@ -55,7 +55,7 @@ class Settings:
     import_ttl_hours: int = 24
     restore_window_days: int = 90
     small_file_mb: int = 1
-    read_cache_mb: int = 1024
+    read_cache_mb: int = 2048
     max_upload_mb: int = 200
     writer_wait_s: float = 300.0
     writer_lease_s: float = 3600.0
@@ -81,7 +81,7 @@ class Settings:
             import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
             small_file_mb=_int("OREO_SMALL_FILE_MB", 1),
-            read_cache_mb=_int("OREO_READ_CACHE_MB", 1024),
+            read_cache_mb=_int("OREO_READ_CACHE_MB", 2048),
             max_upload_mb=_int("OREO_MAX_UPLOAD_MB", 200),
             writer_wait_s=float(_int("OREO_WRITER_WAIT_S", 300)),
             writer_lease_s=float(_int("OREO_WRITER_LEASE_S", 3600)),

@@ -438,6 +438,7 @@ def _ordering(query: _Query, cols: str) -> Any | None:
 # so a page of a 10M-row table still costs the page, not the table.
 _POS = "__oreo_pos"
 _HELD_SAMPLE_ROWS = 2048
+_HELD_NOW_BYTES = 256 << 20
 _held_lock = threading.Lock()
 _held: dict[tuple[Any, ...], _Held] = {}  # insertion order = age
 _held_seen: set[tuple[Any, ...]] = set()
@@ -475,9 +476,11 @@ def _held_budget() -> int:
 
 
 def _held_version(path: Path, version: int, known_total: int | None) -> _Held | None:
-    """``path`` at ``version`` in memory, loaded now on its second read if it fits; else None.
+    """``path`` at ``version`` if held in memory; its second read starts holding it if it fits.
 
-    While one thread loads a version, the others read theirs with the scan path.
+    A version estimated at up to ``_HELD_NOW_BYTES`` is loaded by the reading thread (a
+    second or so per million rows); a bigger one is loaded in a background thread while
+    every read, this one too, keeps the scan path until it is there.
     """
     key = _version_key(path, version)
     budget = _held_budget()
@@ -497,26 +500,24 @@ def _held_version(path: Path, version: int, known_total: int | None) -> _Held | 
             return None
         _held_building.add(key)
     try:
-        held = _load_held(path, version, known_total, budget)
-    finally:
+        estimate = _held_estimate(path, version, known_total)
+    except BaseException:
         with _held_lock:
             _held_building.discard(key)
-    with _held_lock:
-        if held is None:
+        raise
+    if estimate > budget:
+        with _held_lock:
+            _held_building.discard(key)
             _held_refused.add(key)
-            return None
-        for other in [k for k in _held if k[0] == key[0]]:
-            del _held[other]  # an older version of the same table: its readers move on
-        _held[key] = held
-        while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:
-            del _held[next(iter(_held))]
-    return held
+        return None
+    if estimate <= _HELD_NOW_BYTES:
+        return _hold(key, path, version, budget)
+    threading.Thread(target=_hold, args=(key, path, version, budget), name="oreo-hold", daemon=True).start()
+    return None
 
 
-def _load_held(path: Path, version: int, known_total: int | None, budget: int) -> _Held | None:
-    """The whole version as Arrow, or None when a sample says it would not fit ``budget``."""
-    import pyarrow as pa
-
+def _held_estimate(path: Path, version: int, known_total: int | None) -> float:
+    """The bytes ``path`` at ``version`` would take in memory, from a sample of its rows."""
     scan, extra = _scan(version)
     params = [str(path), *extra]
     total = known_total
@@ -524,13 +525,35 @@ def _load_held(path: Path, version: int, known_total: int | None, budget: int) -
         row = _run(f"SELECT count(*) FROM {scan}", params, path).fetchone()
         total = int(row[0]) if row else 0
     sample = _run(f"SELECT * FROM {scan} LIMIT {_HELD_SAMPLE_ROWS}", params, path).to_arrow_table()
-    if sample.num_rows and sample.nbytes / sample.num_rows * total * 1.25 > budget:
-        return None
-    table = _run(f"SELECT * FROM {scan}", params, path).to_arrow_table().combine_chunks()
-    if table.nbytes > budget:
-        return None
-    positions = pa.array(range(table.num_rows), pa.int64())
-    return _Held(next(_held_loads), table, table.append_column(_POS, positions))
+    per_row = sample.nbytes / sample.num_rows if sample.num_rows else 0.0
+    return per_row * total * 1.25 + 4 * total  # Arrow buffers' slack, and the positions
+
+
+def _hold(key: tuple[Any, ...], path: Path, version: int, budget: int) -> _Held | None:
+    """Load ``path`` at ``version`` and keep it as the newest held version (None if over ``budget``)."""
+    import numpy as np
+    import pyarrow as pa
+
+    held = None
+    try:
+        scan, extra = _scan(version)
+        table = _run(f"SELECT * FROM {scan}", [str(path), *extra], path).to_arrow_table().combine_chunks()
+        if table.nbytes <= budget:
+            kind = np.int32 if table.num_rows < 2**31 else np.int64
+            positions = pa.array(np.arange(table.num_rows, dtype=kind))
+            held = _Held(next(_held_loads), table, table.append_column(_POS, positions))
+    finally:
+        with _held_lock:
+            _held_building.discard(key)
+            if held is None:
+                _held_refused.add(key)
+            else:
+                for other in [k for k in _held if k[0] == key[0]]:
+                    del _held[other]  # an older version of the same table: its readers move on
+                _held[key] = held
+                while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:
+                    del _held[next(iter(_held))]
+    return held
 
 
 def _held_page(held: _Held, query: _Query, limit: int, offset: int) -> tuple[Any, int]:

@@ -225,3 +225,21 @@ def test_pages_with_pending_edits_show_the_edited_rows(table: Path, read_cache: 
             assert list(page.rows["row_id"]) == list(expected["row_id"].iloc[offset : offset + 25]), (where, order_by)
             assert page.total == len(matching)
     assert bool(reads._held) == (read_cache == "held")  # the overlay was laid over the held version
+
+
+def test_a_big_version_is_held_by_a_background_load_while_pages_are_scanned(
+    table: Path, read_cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    monkeypatch.setattr(reads, "_HELD_NOW_BYTES", 0)  # every version counts as big
+    shape = SHAPES[1]
+    for offset in (0, 300):  # the second read starts the load and is itself scanned
+        page = _read(table, shape, offset)
+        assert (list(page.rows["row_id"]), page.total) == _bare_ids(table, 0, "", [], shape[5], 25, offset)
+    deadline = time.monotonic() + 60
+    while read_cache == "held" and not reads._held and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [key[:2] for key in reads._held] == ([(str(table), 0)] if read_cache == "held" else [])
+    page = _read(table, shape, 2900)
+    assert (list(page.rows["row_id"]), page.total) == _bare_ids(table, 0, "", [], shape[5], 25, 2900)

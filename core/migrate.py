@@ -12,7 +12,12 @@ one snapshot. PostgreSQL computes the checksums while Spark writes the table.
 
 The parity report compares the source, as its own engine sees it (SQL inside
 PostgreSQL, DuckDB over the Parquet files), with the Delta table as DuckDB reads it
-back. Every cell gets a canonical text that both engines spell alike:
+back. DuckDB computes the Delta side's checksums over the rows on their way to Spark,
+while Spark writes them; then one cheap read of the stored table compares its
+fingerprint (row count, sums of DuckDB's value hashes per column and per row) with the
+rows handed over. Equal, they are the same rows, so their checksums are the stored
+table's; different, the stored table's checksums are computed from it. Every cell gets
+a canonical text that both engines spell alike:
 
 =========== ================================================================
 integer     decimal digits
@@ -29,8 +34,17 @@ A value's cell text is ``=`` followed by that text; NULL is ``NULL`` (so NULL an
 empty string differ). A cell's digest is the first 15 hex digits (60 bits) of the md5
 of its UTF-8 cell text; a column checksum is the sum of its cells' digests over all
 rows. The table hash is the same sum over row digests: the first 60 bits of the md5 of
-the row's cell digests concatenated in column order, so it also changes when values
-move between rows. Sums are order-independent and exact (decimal strings).
+the row's cell texts, each preceded by its length in UTF-8 bytes and ``:``, concatenated
+in column order, so it also changes when values move between rows. Sums are
+order-independent and exact (decimal strings).
+
+md5 is the cheapest digest both engines have, and PostgreSQL pays about a microsecond
+per call, one call per cell and one per row. So the source engine first
+computes only the row count and the table hash, while the table is written. Equal
+counts and table hashes mean both sides hold the same rows, so every column checksum
+is equal too, and the source's are the ones the Delta side computed. Only when they
+differ does the source engine compute its column checksums, to name the columns that
+differ.
 """
 
 from __future__ import annotations
@@ -41,9 +55,9 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -62,6 +76,7 @@ if TYPE_CHECKING:
     from psycopg import sql
 
 Progress = Callable[[float, str], None]
+_T = TypeVar("_T")
 Kind = Literal["integer", "decimal", "float", "text", "boolean", "date", "timestamp", "binary"]
 
 ROW_ID = datasets.ROW_ID
@@ -138,12 +153,15 @@ class _Column:
 
 @dataclass(frozen=True)
 class _Checksums:
+    """Row count, table hash and, unless only the first two were asked for, the column checksums."""
+
     rows: int
-    columns: tuple[str, ...]
+    columns: tuple[str, ...] | None
     table_hash: str
 
 
 def _report(source: _Checksums, delta: _Checksums, columns: Sequence[_Column], version: int | None) -> ParityReport:
+    assert source.columns is not None and delta.columns is not None
     return ParityReport(
         source_rows=source.rows,
         delta_rows=delta.rows,
@@ -227,6 +245,7 @@ def migrate_postgres(
                 arrow,
                 [c.column for c in columns],
                 lambda: _translated(source, table),
+                lambda: _translated(lambda: _pg_checksums(conn, relation, columns, per_column=True), table),
                 key=key,
                 dry_run=dry_run,
                 actor=actor,
@@ -325,9 +344,7 @@ def _connect(dsn: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextmanager
-def _in_background(
-    fn: Callable[..., _Checksums], *args: Any, cancel: Callable[[], None]
-) -> Iterator[Callable[[], _Checksums]]:
+def _in_background(fn: Callable[..., _T], *args: Any, cancel: Callable[[], None]) -> Iterator[Callable[[], _T]]:
     """Run ``fn(*args)`` in a thread; yield a function that waits for its result.
 
     Leaving early (an error, Ctrl-C) cancels it with ``cancel`` and waits for the thread,
@@ -638,28 +655,38 @@ def _copy_to_arrow(
     return pa.Table.from_arrays(arrays, names=[c.column.name for c in columns])
 
 
-def _pg_checksums(conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn]) -> _Checksums:
+def _pg_checksums(
+    conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], *, per_column: bool = False
+) -> _Checksums:
+    """The row count and table hash; with ``per_column``, the column checksums too (ten times the md5 calls)."""
     from psycopg import sql
 
     utf8 = conn.info.parameter_status("server_encoding") in ("UTF8", "SQL_ASCII")
-    # md5() hashes the server encoding's bytes; the Delta side hashes UTF-8.
-    digest = sql.SQL("substr(md5({x}), 1, 15)" if utf8 else "substr(md5(convert_to({x}, 'UTF8')), 1, 15)")
-    names = [sql.Identifier(f"h{i}") for i in range(len(columns))]
-    sums = [sql.SQL("coalesce(sum(('x' || {h})::bit(60)::bigint), 0)::text").format(h=h) for h in names]
-    row_digest = sql.SQL("substr(md5({}), 1, 15)").format(sql.SQL(" || ").join(names))
-    sums.append(sql.SQL("coalesce(sum(('x' || {h})::bit(60)::bigint), 0)::text").format(h=row_digest))
-    # OFFSET 0 keeps the subquery from being flattened, so each cell is hashed once.
+    # md5() and octet_length() see the server encoding's bytes; the Delta side sees UTF-8.
+    as_utf8 = sql.SQL("{x}" if utf8 else "convert_to({x}, 'UTF8')")
+
+    def digest(x: sql.Composable) -> sql.Composable:
+        return sql.SQL("('x' || substr(md5({x}), 1, 15))::bit(60)::bigint").format(x=as_utf8.format(x=x))
+
+    names = [sql.Identifier(f"t{i}") for i in range(len(columns))]
+    row_text = sql.SQL(" || ").join(
+        sql.SQL("octet_length({b})::text || ':' || {t}").format(b=as_utf8.format(x=t), t=t) for t in names
+    )
+    sums = [digest(t) for t in names] if per_column else []
+    sums.append(digest(row_text))
+    # OFFSET 0 keeps the subquery from being flattened, so each cell text is made once.
     query = sql.SQL("SELECT count(*), {sums} FROM (SELECT {cells} FROM {relation} OFFSET 0) AS t").format(
-        sums=sql.SQL(", ").join(sums),
+        sums=sql.SQL(", ").join(sql.SQL("coalesce(sum({d}), 0)::text").format(d=d) for d in sums),
         cells=sql.SQL(", ").join(
-            sql.SQL("{d} AS {h}").format(d=digest.format(x=_pg_canonical(col)), h=h)
-            for col, h in zip(columns, names, strict=True)
+            sql.SQL("{x} AS {t}").format(x=_pg_canonical(col), t=t) for col, t in zip(columns, names, strict=True)
         ),
         relation=relation,
     )
     row = conn.execute(query).fetchone()
     assert row is not None
-    return _Checksums(rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]), table_hash=str(row[-1]))
+    return _Checksums(
+        rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]) if per_column else None, table_hash=str(row[-1])
+    )
 
 
 # ---------------------------------------------------------------- Parquet
@@ -718,7 +745,8 @@ def migrate_parquet(
     report(0.05, f"reading {len(files)} Parquet file(s)")
     arrow = _read_parquet_files(files, schema)
     report(0.35, f"read {arrow.num_rows:,} rows; computing the source checksums in DuckDB")
-    sums = _duck_checksums("read_parquet(?, hive_partitioning = false)", [[str(f) for f in files]], columns)
+    source = ("read_parquet(?, hive_partitioning = false)", [[str(f) for f in files]])
+    sums = _duck_checksums(*source, columns, per_column=False)
     return _finish(
         catalog,
         project_id,
@@ -726,6 +754,7 @@ def migrate_parquet(
         arrow,
         columns,
         lambda: sums,
+        lambda: _duck_checksums(*source, columns),
         key=key,
         dry_run=dry_run,
         actor=actor,
@@ -897,6 +926,7 @@ def _finish(
     arrow: pa.Table,
     columns: list[_Column],
     source: Callable[[], _Checksums],
+    source_columns: Callable[[], _Checksums],
     *,
     key: str | None,
     dry_run: bool,
@@ -906,7 +936,9 @@ def _finish(
 ) -> ParityReport:
     """Write the data (or, on a dry run, prepare it as it would be written) and compare both sides.
 
-    ``source`` gives the source checksums, waiting for them if they are still being computed.
+    ``source`` gives the source's row count and table hash, waiting for them if they are
+    still being computed; ``source_columns`` computes the source's column checksums, which
+    are only needed when the two sides differ.
     """
     try:
         arrow = normalise_types(arrow)
@@ -925,19 +957,34 @@ def _finish(
             )
         if dry_run:
             report(0.5, "dry run: preparing the rows as they would be written")
-            written = datasets.with_row_ids(arrow, key)
+            prepared = datasets.with_row_ids(arrow, key)
             report(0.8, "computing the checksums of the rows as they would be written")
-            delta = _arrow_checksums(written, columns)
-            sums = source()
+            delta = _arrow_checksums(prepared, columns)
+            sums = _compared(source(), delta, source_columns, report)
             report(1.0, "dry run done; nothing was created")
             return _report(sums, delta, columns, None)
-        report(0.5, "writing the Delta table")
-        info = datasets.create_dataset(catalog, project_id, dataset_id, path, key=key, actor=actor)
+        report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
+        # DuckDB hashes the rows while Spark writes them (another process): the two work at once.
+        cur = reads.cursor().cursor()
+        try:
+            with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
+                info = datasets.create_dataset(catalog, project_id, dataset_id, path, key=key, actor=actor)
+                try:
+                    written: tuple[_Checksums, tuple[Any, ...]] | None = handed()
+                except OreoError:
+                    written = None  # the stored table is hashed instead
+        finally:
+            cur.close()
     assert info.version is not None
-    report(0.85, "computing the checksums of the Delta table in DuckDB")
-    delta = _duck_checksums("delta_scan(?, version => ?)", [info.path, int(info.version)], columns)
+    report(0.85, "checking the Delta table against the rows written")
+    stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
+    if written is not None and _fingerprint(*stored, columns) == written[1]:
+        delta = written[0]  # the stored rows are the rows hashed on their way to Spark
+    else:
+        report(0.9, "the Delta table differs from the rows written; computing its checksums")
+        delta = _duck_checksums(*stored, columns)
     try:
-        sums = source()
+        sums = _compared(source(), delta, source_columns, report)
     except OreoError as exc:
         # The dataset is whole; only the comparison is missing, so it stays.
         raise EngineError(
@@ -948,14 +995,81 @@ def _finish(
     return _report(sums, delta, columns, info.version)
 
 
-def _arrow_checksums(table: pa.Table, columns: list[_Column]) -> _Checksums:
-    cur = reads.cursor()
+def _compared(
+    source: _Checksums, delta: _Checksums, source_columns: Callable[[], _Checksums], report: Progress
+) -> _Checksums:
+    """The source's checksums with its column checksums filled in.
+
+    Equal row counts and table hashes mean both sides hold the same rows, so each column
+    checksum is the Delta side's; otherwise the source engine computes its own, which name
+    the columns that differ.
+    """
+    if (source.rows, source.table_hash) == (delta.rows, delta.table_hash):
+        return replace(source, columns=delta.columns)
+    report(0.95, "the two sides differ; computing the source's column checksums")
+    found = source_columns()
+    return replace(source, columns=found.columns)
+
+
+@contextmanager
+def _registered(table: pa.Table, cur: duckdb.DuckDBPyConnection) -> Iterator[str]:
+    """``table`` as a DuckDB view of ``cur``, by its quoted name."""
     view = f"oreo_migrate_{uuid.uuid4().hex}"
     cur.register(view, table)
     try:
-        return _duck_checksums(reads.quote_ident(view), [], columns)
+        yield reads.quote_ident(view)
     finally:
         cur.unregister(view)
+
+
+def _arrow_checksums(table: pa.Table, columns: list[_Column]) -> _Checksums:
+    cur = reads.cursor()
+    with _registered(table, cur) as view:
+        return _duck_checksums(view, [], columns, cur=cur)
+
+
+def _in_flight(
+    table: pa.Table, columns: list[_Column], cur: duckdb.DuckDBPyConnection
+) -> tuple[_Checksums, tuple[Any, ...]]:
+    """The checksums and the fingerprint of the rows handed to the writer."""
+    with _registered(table, cur) as view:
+        return _duck_checksums(view, [], columns, cur=cur), _fingerprint(view, [], columns, cur=cur)
+
+
+def _fingerprint(
+    relation: str, params: list[Any], columns: Sequence[_Column], *, cur: duckdb.DuckDBPyConnection | None = None
+) -> tuple[Any, ...]:
+    """The row count and sums of DuckDB's value hashes per column and per row: the same for the same rows.
+
+    A tenth of the md5 pass's cost; equal fingerprints of the stored table and the rows
+    handed to the writer make their checksums equal. Floats are hashed by their cell
+    text, as ``hash()`` takes -0.0 for 0.0.
+    """
+    cur = cur or reads.cursor()
+    try:
+        typed = _typed_columns(cur, relation, params, columns)
+        values = [_duck_canonical(c, e) if c.kind == "float" else e for c, e in zip(columns, typed, strict=True)]
+        sums = [*(f"sum(hash({v}))" for v in values), f"sum(hash({', '.join(values)}))"]
+        row = cur.execute(f"SELECT count(*), {', '.join(sums)} FROM {relation}", params).fetchone()
+    except duckdb.Error as exc:
+        raise EngineError(f"DuckDB could not compare the written table: {_first_line(exc)}") from exc
+    assert row is not None
+    return tuple(row)
+
+
+def _typed_columns(
+    cur: duckdb.DuckDBPyConnection, relation: str, params: list[Any], columns: Sequence[_Column]
+) -> list[str]:
+    """The columns of ``relation`` as expressions of the source's DuckDB types."""
+    stored = {row[0]: str(row[1]) for row in cur.execute(f"DESCRIBE SELECT * FROM {relation}", params).fetchall()}
+    typed = []
+    for c in columns:
+        e = reads.quote_ident(c.name)
+        if c.name in stored and stored[c.name] != c.duck_type:
+            # e.g. row_id holds a numeric key as text: compare the values, not their spelling.
+            e = f"TRY_CAST({e} AS {c.duck_type})"
+        typed.append(e)
+    return typed
 
 
 def _duck_canonical(column: _Column, e: str) -> str:
@@ -991,24 +1105,31 @@ def _duck_canonical(column: _Column, e: str) -> str:
     return f"CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {text} END"
 
 
-def _duck_checksums(relation: str, params: list[Any], columns: Sequence[_Column]) -> _Checksums:
-    """Checksums over ``relation`` (a table function or view), the stored columns cast to the source's types."""
-    cur = reads.cursor()
+def _duck_checksums(
+    relation: str,
+    params: list[Any],
+    columns: Sequence[_Column],
+    *,
+    per_column: bool = True,
+    cur: duckdb.DuckDBPyConnection | None = None,
+) -> _Checksums:
+    """Checksums over ``relation`` (a table function or view), the stored columns cast to the source's types.
+
+    Without ``per_column``, only the row count and the table hash.
+    """
+    cur = cur or reads.cursor()
     try:
-        stored = {row[0]: str(row[1]) for row in cur.execute(f"DESCRIBE SELECT * FROM {relation}", params).fetchall()}
-        cells = []
-        for i, c in enumerate(columns):
-            e = reads.quote_ident(c.name)
-            if c.name in stored and stored[c.name] != c.duck_type:
-                # e.g. row_id holds a numeric key as text: compare the values, not their spelling.
-                e = f"TRY_CAST({e} AS {c.duck_type})"
-            cells.append(f"substr(md5({_duck_canonical(c, e)}), 1, 15) AS h{i}")
-        names = [f"h{i}" for i in range(len(columns))]
-        row_digest = f"substr(md5({' || '.join(names)}), 1, 15)"
-        sums = [f"CAST(coalesce(sum(CAST('0x' || {h} AS BIGINT)), 0) AS VARCHAR)" for h in [*names, row_digest]]
+        typed = _typed_columns(cur, relation, params, columns)
+        cells = [f"{_duck_canonical(c, e)} AS t{i}" for i, (c, e) in enumerate(zip(columns, typed, strict=True))]
+        names = [f"t{i}" for i in range(len(columns))]
+        row_text = " || ".join(f"CAST(strlen({t}) AS VARCHAR) || ':' || {t}" for t in names)
+        digests = [*(names if per_column else []), f"({row_text})"]
+        sums = [f"CAST(coalesce(sum(CAST('0x' || substr(md5({d}), 1, 15) AS BIGINT)), 0) AS VARCHAR)" for d in digests]
         sql = f"SELECT count(*), {', '.join(sums)} FROM (SELECT {', '.join(cells)} FROM {relation})"
         row = cur.execute(sql, params).fetchone()
     except duckdb.Error as exc:
         raise EngineError(f"DuckDB could not compute the parity checksums: {_first_line(exc)}") from exc
     assert row is not None
-    return _Checksums(rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]), table_hash=str(row[-1]))
+    return _Checksums(
+        rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]) if per_column else None, table_hash=str(row[-1])
+    )

@@ -218,7 +218,17 @@ def assert_nothing_created(catalog: Catalog, data_root: Path, dataset_id: str) -
 
 
 @pytest.mark.spark
-def test_postgres_migration_keeps_every_value_exactly(spark, project: Catalog, dsn: str, types_table: str) -> None:  # type: ignore[no-untyped-def]
+def test_postgres_migration_keeps_every_value_exactly(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, types_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hashed: list[str] = []  # the relations whose md5 checksums DuckDB computes
+    original = migrate._duck_checksums
+
+    def recorded(relation: str, *args: Any, **kwargs: Any) -> Any:
+        hashed.append(relation)
+        return original(relation, *args, **kwargs)
+
+    monkeypatch.setattr(migrate, "_duck_checksums", recorded)
     seen: list[tuple[float, str]] = []
     report = migrate.migrate_postgres(
         project,
@@ -242,6 +252,9 @@ def test_postgres_migration_keeps_every_value_exactly(spark, project: Catalog, d
         assert c["source_checksum"].isdigit() and int(c["source_checksum"]) > 0
     assert doc["table_hash_source"] == doc["table_hash_delta"]
     assert [f for f, _ in seen] == sorted(f for f, _ in seen) and seen[-1][0] == 1.0
+    # Every type's stored values matched the fingerprint of the rows hashed on their way to Spark:
+    # the stored table was not hashed again.
+    assert len(hashed) == 1 and hashed[0].startswith('"oreo_migrate_'), hashed
 
     info = datasets.get_dataset(project, PROJECT, "typed", actor=SYSTEM)
     assert (info.rows, info.version, info.key_column) == (ROWS, 0, "id")
@@ -375,6 +388,50 @@ def test_swapping_values_between_rows_keeps_column_checksums_but_not_the_table_h
     assert report.match is False
 
 
+def test_agreeing_sides_report_the_column_checksums_postgresql_would_compute(
+    project: Catalog, dsn: str, types_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL hashes each cell only when the tables differ; when they agree, its column sums are the Delta's."""
+    calls: list[bool] = []
+    original = migrate._pg_checksums
+
+    def counted(*args: Any, per_column: bool = False) -> Any:
+        calls.append(per_column)
+        return original(*args, per_column=per_column)
+
+    monkeypatch.setattr(migrate, "_pg_checksums", counted)
+    report = migrate.migrate_postgres(project, PROJECT, "typed", dsn=dsn, table=types_table, key="id", dry_run=True)
+    assert report.match and calls == [False]
+
+    with migrate._connect(dsn) as conn:
+        relation, label = migrate._resolve_table(conn, types_table)
+        columns = migrate._profile(conn, relation, migrate._pg_columns(conn, relation, label), label)
+        full = original(conn, relation, columns, per_column=True)
+    assert full.columns == tuple(c.source_checksum for c in report.columns)
+    assert (full.rows, full.table_hash) == (report.source_rows, report.table_hash_source)
+
+
+def test_differing_sides_get_the_source_column_checksums_from_postgresql(
+    project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = make_table(dsn, "id int, a text, b text", [(1, "x", "=y"), (2, "x=", "y")])
+    calls: list[bool] = []
+    original = migrate._pg_checksums
+
+    def counted(*args: Any, per_column: bool = False) -> Any:
+        calls.append(per_column)
+        return original(*args, per_column=per_column)
+
+    monkeypatch.setattr(migrate, "_pg_checksums", counted)
+    # Row 2's "=" moves from the end of a to the front of b. Run together without their lengths, the
+    # cell texts would read alike ("=x==y"), the table hashes would agree and the change would go unseen.
+    _tampered_reader(monkeypatch, lambda t: _set_value(_set_value(t, "a", 1, "x"), "b", 1, "=y"))
+    report = migrate.migrate_postgres(project, PROJECT, "moved", dsn=dsn, table=table, dry_run=True)
+    assert calls == [False, True]
+    assert report.mismatched_columns == ["a", "b"]
+    assert report.table_hash_source != report.table_hash_delta
+
+
 def _lossy_writer(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
     """Make the Delta write store altered rows, as a buggy writer would (the rows handed to it are right)."""
     original = datasets._write_main
@@ -409,6 +466,17 @@ def test_a_row_the_delta_write_loses_is_reported(  # type: ignore[no-untyped-def
     assert report.match is False
     assert (report.source_rows, report.delta_rows) == (20, 19)
     assert report.mismatched_columns == ["id", "name"]
+
+
+def test_a_negative_zero_the_delta_write_flips_is_reported(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's value hash takes -0.0 for 0.0; the written table's fingerprint must not."""
+    table = make_table(dsn, "id int, x double precision", [(1, -0.0), (2, 1.5)])
+    _lossy_writer(monkeypatch, lambda t: _set_value(t, "x", 0, 0.0))
+    report = migrate.migrate_postgres(project, PROJECT, "zero", dsn=dsn, table=table, key="id")
+    assert report.match is False
+    assert report.mismatched_columns == ["x"]
 
 
 def test_null_and_empty_text_are_told_apart(project: Catalog, dsn: str) -> None:

@@ -548,8 +548,10 @@ def _hold(key: tuple[Any, ...], path: Path, version: int, budget: int) -> _Held 
             if held is None:
                 _held_refused.add(key)
             else:
-                for other in [k for k in _held if k[0] == key[0]]:
-                    del _held[other]  # an older version of the same table: its readers move on
+                # Older versions of the same table go: their readers move on to the newer one.
+                # An old version previewed in History leaves the newer ones held.
+                for other in [k for k in _held if k[0] == key[0] and k[1] < key[1]]:
+                    del _held[other]
                 _held[key] = held
                 while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:
                     del _held[next(iter(_held))]

@@ -244,7 +244,7 @@ def create_dataset(
         upload.mkdir(parents=True)
         (upload / f"raw{file.suffix.lower()}").write_bytes(data)
         converted = upload / "converted.parquet"
-        pq.write_table(table, converted)
+        write_converted(table, converted)
         _write_main(layout, converted, commit)
         info = sync_dataset(catalog, project_id, dataset_id, commit, key_column=key, created_by=actor.username)
         columns = [(c.name, c.type) for c in reads.table_schema(layout.main, info.version)]
@@ -291,29 +291,44 @@ def _remove_created(root: Path, created_top: Path) -> None:
         folder = folder.parent
 
 
+def write_converted(table: pa.Table, path: Path) -> None:
+    """Write the rows to be created (``row_id`` set) as Parquet, sorted by ``row_id``.
+
+    Sorted here, where the rows already are, ``_write_main`` gets main's layout by splitting
+    the file in order instead of a range shuffle and a sort in Spark (profiled on 1M rows:
+    5.0 s against 7.4 s, the same 8 files of disjoint row_id ranges).
+    """
+    # Row groups are the grain at which Spark splits the file into write tasks: about a
+    # quarter of a main file each (in memory, so smaller still as Parquet).
+    per_row = table.nbytes / table.num_rows if table.num_rows else 1.0
+    rows = max(1, int(engine.MAIN_FILE_BYTES / 4 / max(per_row, 1.0)))
+    pq.write_table(table.sort_by(ROW_ID), path, row_group_size=rows)
+
+
 def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInfo) -> None:
-    spark = engine.get_spark()
+    """Create ``main`` from ``converted`` (written by ``write_converted``, so sorted by row_id)."""
     view = f"oreo_create_{uuid.uuid4().hex}"
     props = engine.main_table_properties_sql()
     # Written clustered by row_id, in files of about engine.MAIN_FILE_BYTES: a small MERGE then
-    # skips every file whose row_id range cannot hold its rows.
-    files = engine.main_file_count(converted.stat().st_size)
+    # skips every file whose row_id range cannot hold its rows. The file is split in order into
+    # that many read tasks, each writing one main file of a contiguous row_id range.
+    size = converted.stat().st_size
+    split = max(1, size // engine.main_file_count(size))
+    confs = {"spark.sql.files.maxPartitionBytes": str(split), "spark.sql.files.openCostInBytes": "0"}
     try:
-        engine.clustered_by_row_id(spark.read.parquet(str(converted)), files).createOrReplaceTempView(view)
-        with engine.commit_metadata(commit):
-            spark.sql(
-                f"CREATE TABLE {engine.delta_ref(layout.main)} USING DELTA "
-                f"TBLPROPERTIES ({props}) AS SELECT * FROM {view}"
-            )
+        with engine.dml_session(commit, confs=confs) as spark:
+            spark.read.parquet(str(converted)).createOrReplaceTempView(view)
+            try:
+                spark.sql(
+                    f"CREATE TABLE {engine.delta_ref(layout.main)} USING DELTA "
+                    f"TBLPROPERTIES ({props}) AS SELECT * FROM {view}"
+                )
+            finally:
+                spark.catalog.dropTempView(view)
     except OreoError:
         raise
     except Exception as exc:
         raise EngineError(f"Spark could not write the main table: {str(exc).splitlines()[0]}") from exc
-    finally:
-        try:
-            spark.catalog.dropTempView(view)
-        except Exception:  # the view may not exist if the read failed
-            pass
 
 
 def sync_dataset(

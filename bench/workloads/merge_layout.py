@@ -3,8 +3,8 @@
 Two copies of the same 1,000,000 customers (``core.demo.customers_table`` with their
 ``row_id``), built once under ``bench/.data/merge_layout/`` and reused:
 
-* **Oreo's layout**: written by ``core.datasets._write_main``, the function
-  ``create_dataset`` uses: range-partitioned and sorted by ``row_id`` in files of about
+* **Oreo's layout**: written by ``core.datasets.write_converted`` and ``_write_main``, as
+  ``create_dataset`` writes main: sorted by ``row_id`` and split in order into files of about
   ``engine.MAIN_FILE_BYTES``, so each file's ``row_id`` min/max statistics cover a narrow range;
 * **today's layout**: the same ``CREATE TABLE ... AS SELECT`` with the same table
   properties and no sort (what ``_write_main`` did before), i.e. a plain Spark write.
@@ -60,7 +60,6 @@ def _log(message: str) -> None:
 
 def _build(rows: int) -> tuple[Path, Path, list[str]]:
     """(Oreo's copy, today's copy, every row_id), built once per row count."""
-    import pyarrow.parquet as pq
 
     from core import datasets, engine
     from core.demo import customers_table
@@ -80,7 +79,7 @@ def _build(rows: int) -> tuple[Path, Path, list[str]]:
     with tempfile.TemporaryDirectory(prefix="oreo-bench-") as tmp:
         converted = Path(tmp) / "converted.parquet"
         table = datasets.with_row_ids(customers_table(rows), "customer_id")
-        pq.write_table(table, converted)
+        datasets.write_converted(table, converted)
         ids_file.write_text("\n".join(table.column("row_id").to_pylist()))
         datasets._write_main(oreo, converted, engine.new_commit("bench", "create_dataset"))
         view = f"bench_today_{uuid.uuid4().hex}"

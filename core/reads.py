@@ -382,6 +382,34 @@ _orderings_building: set[tuple[Any, ...]] = set()
 _orderings_refused: set[tuple[Any, ...]] = set()
 
 
+def _kept_or_claimed(
+    key: tuple[Any, ...],
+    lock: threading.Lock,
+    kept: dict[tuple[Any, ...], Any],
+    seen: set[tuple[Any, ...]],
+    building: set[tuple[Any, ...]],
+    refused: set[tuple[Any, ...]],
+) -> tuple[Any | None, bool]:
+    """(the kept value, now the newest; False) or (None, whether this thread now builds it).
+
+    A key's first read only marks it seen (a one-off reader, like the CLI, never pays for
+    building); a key being built or refused is not built again.
+    """
+    with lock:
+        if key in kept:
+            kept[key] = value = kept.pop(key)
+            return value, False
+        if key not in seen:
+            if len(seen) > 1024:
+                seen.clear()
+            seen.add(key)
+            return None, False
+        if key in building or key in refused:
+            return None, False
+        building.add(key)
+        return None, True
+
+
 def _ordering_key(query: _Query, cols: str) -> tuple[Any, ...] | None:
     version = None if query.version is None else _version_key(query.path, query.version)
     if version is None:
@@ -400,18 +428,11 @@ def _ordering(query: _Query, cols: str) -> Any | None:
     key = _ordering_key(query, cols)
     if key is None:
         return None
-    with _orderings_lock:
-        if key in _orderings:
-            _orderings[key] = kept = _orderings.pop(key)  # now the newest
-            return kept
-        if key not in _orderings_seen:
-            if len(_orderings_seen) > 1024:
-                _orderings_seen.clear()
-            _orderings_seen.add(key)
-            return None
-        if key in _orderings_building or key in _orderings_refused:
-            return None
-        _orderings_building.add(key)
+    kept, claimed = _kept_or_claimed(
+        key, _orderings_lock, _orderings, _orderings_seen, _orderings_building, _orderings_refused
+    )
+    if not claimed:
+        return kept
     try:
         sql = f"SELECT {cols} FROM {query.source}{query.where}{query.order}"
         ordering = _run(sql, [*query.source_params, *query.where_params], query.path).to_arrow_table()
@@ -486,19 +507,9 @@ def _held_version(path: Path, version: int, known_total: int | None) -> _Held | 
     budget = _held_budget()
     if key is None or not budget:
         return None
-    with _held_lock:
-        held = _held.get(key)
-        if held is not None:
-            _held[key] = _held.pop(key)  # now the newest
-            return held
-        if key not in _held_seen:
-            if len(_held_seen) > 1024:
-                _held_seen.clear()
-            _held_seen.add(key)
-            return None
-        if key in _held_building or key in _held_refused:
-            return None
-        _held_building.add(key)
+    held, claimed = _kept_or_claimed(key, _held_lock, _held, _held_seen, _held_building, _held_refused)
+    if not claimed:
+        return held
     try:
         estimate = _held_estimate(path, version, known_total)
     except BaseException:

@@ -112,19 +112,53 @@ def changes_table(
 
 
 def findings(run: ValidationRun | None) -> None:
-    """The data checks (Great Expectations) of a request: its status and each failed expectation."""
+    """The data checks (Great Expectations) of a request: its status, then every expectation evaluated,
+    failures first, with a sample of the values that failed."""
     if run is None:
         st.markdown(f"Data checks: {status_badge(None)}")
         return
-    st.markdown(f"Data checks: {status_badge(run.status)} · {run.evaluated} expectation(s) evaluated")
-    if not run.failures:
-        st.write("Every expectation passed.")
-        return
+    failed = sum(not c.success for c in run.checks) if run.checks else len(run.failures)
+    st.markdown(
+        f"Data checks: {status_badge(run.status)} · {run.evaluated} expectation(s) evaluated · {failed} failed"
+    )
     order = {"critical": 0, "warning": 1, "info": 2}
-    for failure in sorted(run.failures, key=lambda f: order.get(f.severity, 3)):
-        where = f" on **{failure.column}**" if failure.column else ""
-        count = "" if failure.unexpected_count is None else f" · {failure.unexpected_count:,} unexpected value(s)"
-        st.markdown(f"{SEVERITY_BADGES.get(failure.severity, failure.severity)} `{failure.expectation}`{where}{count}")
+    if not run.checks:  # a run from before every check was kept: its failures only
+        if not run.failures:
+            st.write("Every expectation passed.")
+        for failure in sorted(run.failures, key=lambda f: order.get(f.severity, 3)):
+            where = f" on **{failure.column}**" if failure.column else ""
+            count = "" if failure.unexpected_count is None else f" · {failure.unexpected_count:,} unexpected value(s)"
+            badge = SEVERITY_BADGES.get(failure.severity, failure.severity)
+            st.markdown(f"{badge} `{failure.expectation}`{where}{count}")
+        return
+    checks = sorted(run.checks, key=lambda c: (c.success, order.get(c.severity, 3)))
+    frame = pd.DataFrame(
+        {
+            "result": ["passed" if c.success else "failed" for c in checks],
+            "severity": [c.severity for c in checks],
+            "check": [c.description for c in checks],
+            "failing rows": [None if c.success else c.unexpected_count for c in checks],
+            "failing values (sample)": [
+                ", ".join(json.dumps(v) if isinstance(v, str) else str(v) for v in c.unexpected_sample)
+                for c in checks
+            ],
+        }
+    )
+
+    def colour(row: pd.Series) -> list[str]:
+        if row["result"] == "passed":
+            return [""] * len(row)
+        tint = {"critical": "#fde2e1", "warning": "#fff3cd"}.get(row["severity"], "#eef1f5")
+        return [f"background-color: {tint}"] * len(row)
+
+    st.dataframe(
+        frame.style.apply(colour, axis=1),
+        hide_index=True,
+        width="stretch",
+        height=min(ROW_PX * (len(frame) + 1) + 3, 400),
+        row_height=ROW_PX,
+        key=f"findings_{run.run_id}",
+    )
 
 
 def schema_change_line(change: SchemaChange) -> str:

@@ -324,6 +324,19 @@ def status_badge(status: str | None) -> str:
     return STATUS_BADGES.get(status, f":gray-badge[{status}]")
 
 
+def inbox_link(page: Any, user: auth.User) -> None:
+    """The sidebar's link to the Inbox, with a badge counting the user's unread events."""
+    from core import notify
+
+    try:
+        unread = notify.unread_count(catalog(), user)
+    except OreoError:  # the catalog is restarting: the page itself will say so
+        unread = 0
+    label = f"Inbox :red-badge[{unread} unread]" if unread else "Inbox"
+    with st.container(key="inbox_badge"):
+        st.page_link(page, label=label, icon=":material/notifications:")
+
+
 def wait_for_engine() -> None:
     """Before Spark work: while the engine is still starting, say so with progress and wait.
 

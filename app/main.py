@@ -3,7 +3,8 @@
 The file plays two parts. ``streamlit run app/main.py`` finds the ``st.App`` below and
 imports this file once as the server's ASGI app, whose lifespan starts the shared Spark
 session in the background as the server starts (one JVM per server process, shared by
-every browser session) and whose ``/oreo/engine`` endpoint says how far that start is.
+every browser session), plus the sender that drains the notification outbox, and whose
+``/oreo/engine`` endpoint says how far that start is.
 Every browser session then runs this file as its page script (``__name__ == "__main__"``),
 which signs the user in and routes to a page.
 """
@@ -20,13 +21,20 @@ from typing import Any
 
 import streamlit as st
 
-from app.components import current_user, remember_deep_link, sign_out, sync_session_cookie, take_deep_link
-from core import auth, engine
+from app.components import (
+    current_user,
+    inbox_link,
+    remember_deep_link,
+    sign_out,
+    sync_session_cookie,
+    take_deep_link,
+)
+from core import auth, engine, notify
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
 # served under these same paths while signed out, reruns into the page asked for after sign-in.
-URL_PATHS = ("datasets", "table", "imports", "history", "requests", "review", "admin")
+URL_PATHS = ("datasets", "table", "imports", "history", "requests", "review", "admin", "rules", "inbox")
 
 
 def _route() -> None:
@@ -57,14 +65,24 @@ def _route() -> None:
             st.Page(PAGES / "imports.py", title="Import", icon=":material/upload_file:", url_path="imports"),
             st.Page(PAGES / "history.py", title="History", icon=":material/history:", url_path="history"),
             st.Page(PAGES / "requests.py", title="My requests", icon=":material/outbox:", url_path="requests"),
+            # Reached through the sidebar's badge link (app.components.inbox_link), not listed twice.
+            inbox := st.Page(
+                PAGES / "inbox.py",
+                title="Inbox",
+                icon=":material/notifications:",
+                url_path="inbox",
+                visibility="hidden",
+            ),
         ]
         if role is not None and role.rank >= auth.Role.APPROVER.rank:
             pages.append(st.Page(PAGES / "review.py", title="Review", icon=":material/rule:", url_path="review"))
         if role is not None and role.rank >= auth.Role.ADMIN.rank:
             pages.append(st.Page(PAGES / "admin.py", title="Admin", icon=":material/build:", url_path="admin"))
+            pages.append(st.Page(PAGES / "rules.py", title="Rules", icon=":material/fact_check:", url_path="rules"))
         router = st.navigation({"Oreo": pages})
         with st.sidebar:
             st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
+            inbox_link(inbox, user)
             if st.button("Sign out", key="sign_out", icon=":material/logout:"):
                 sign_out()
             sync_session_cookie()
@@ -86,9 +104,11 @@ _first_use_warmed = threading.Event()
 async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, and log when it is ready."""
     engine.start_in_background()
+    notify.start_background_drainer(None)  # sends the notification outbox, one drainer per server process
     announce = asyncio.create_task(_announce_engine())
     yield
     announce.cancel()
+    notify.stop_background_drainer(timeout=1.0)
 
 
 async def _announce_engine() -> None:

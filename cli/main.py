@@ -21,7 +21,9 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
+from cli import rows as rows_cli
 from cli.migrate import migrate_app
+from cli.notify import notify_app, webhook_app
 from core import auth, change_requests, datasets, engine, logs, projects, sessions
 from core.catalog import Catalog, open_catalog
 from core.errors import EngineError, InvalidInput, OreoError
@@ -45,6 +47,8 @@ app.add_typer(cr_app, name="cr")
 rules_app = typer.Typer(no_args_is_help=True, help="Validation rules (a GX ExpectationSuite per dataset).")
 app.add_typer(rules_app, name="rules")
 app.add_typer(migrate_app, name="migrate")
+app.add_typer(webhook_app, name="webhook")
+app.add_typer(notify_app, name="notify")
 
 
 @dataclass
@@ -369,6 +373,31 @@ def dataset_set(
     )
     doc = {"project": project_id, "dataset": dataset_id, **settings.to_json()}
     emit(doc, f"{project_id}/{dataset_id}: allow_non_finite={str(settings.allow_non_finite).lower()}")
+
+
+@dataset_app.command("label-columns")
+def dataset_label_columns(
+    project_id: str,
+    dataset_id: str,
+    columns: Annotated[list[str] | None, typer.Argument(help="Up to 3 columns; none: show the current ones.")] = None,
+    reset: Annotated[bool, typer.Option("--reset", help="Back to the default: key + first two text columns.")] = False,
+    as_user: AsUser = None,
+) -> None:
+    """Show or set the identifying columns diffs show beside each row's key (setting: admins)."""
+    from core import diff
+
+    if reset and columns:
+        raise typer.BadParameter("give COLUMNS or --reset, not both", param_hint="--reset")
+    catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    if columns or reset:
+        chosen = diff.set_label_columns(catalog, project_id, dataset_id, columns or None, actor=actor)
+    else:
+        chosen = diff.label_columns(catalog, project_id, dataset_id, actor=actor)
+    emit(
+        {"project": project_id, "dataset": dataset_id, "label_columns": chosen},
+        f"{project_id}/{dataset_id}: identifying columns {', '.join(chosen) or '(none)'}",
+    )
 
 
 def _parse_bool(value: str, option: str) -> bool:
@@ -713,13 +742,20 @@ def cr_list(
 @cr_app.command("show")
 def cr_show(
     cr_id: str,
-    limit: Annotated[int | None, typer.Option(help="At most this many changes (default: all).")] = None,
-    offset: Annotated[int, typer.Option(help="Skip this many changes.")] = 0,
+    limit: Annotated[
+        int | None, typer.Option(help="At most this many changes, and rows with --rows (default: all).")
+    ] = None,
+    offset: Annotated[int, typer.Option(help="Skip this many changes (and rows with --rows).")] = 0,
+    rows: rows_cli.RowsOption = False,
+    kind: rows_cli.KindOption = None,
+    column: rows_cli.ColumnOption = None,
+    export: rows_cli.ExportOption = None,
     as_user: AsUser = None,
 ) -> None:
-    """Show a change request: its cell-level changes, validation and conflicts."""
+    """Show a change request: its cell-level changes (and with --rows, row by row), validation and conflicts."""
     from core import merge
 
+    rows_cli.check_rows_options(rows, kind, column, export)
     catalog = _catalog()
     actor = _actor(catalog, as_user)
     cr = change_requests.get_change_request(catalog, cr_id, actor=actor)
@@ -752,6 +788,22 @@ def cr_show(
     if cr.stages:
         lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
+    if rows:
+        page = rows_cli.all_rows(
+            lambda size, skip: change_requests.row_diff_change_request(
+                catalog, cr_id, actor=actor, kinds=kind, columns=column, limit=size, offset=skip
+            ),
+            limit,
+            offset,
+        )
+        exported = None
+        if export is not None:
+            written = change_requests.export_change_request_diff(
+                catalog, cr_id, export, actor=actor, fmt=rows_cli.export_format(export), kinds=kind, columns=column
+            )
+            exported = (export, written)
+        doc.update(rows_cli.rows_doc(page, exported))
+        lines += rows_cli.rows_lines(page, exported)
     emit(doc, "\n".join(lines))
 
 
@@ -836,6 +888,89 @@ def rules_set(
     emit(suite, f"rules of {project_id}/{dataset_id}: {len(suite.get('expectations', []))} expectation(s)")
 
 
+def _rules_text(suite: dict[str, Any]) -> str:
+    from core import rules
+
+    lines = []
+    for number, item in enumerate(suite.get("expectations", []), start=1):
+        marks = [item.get("severity", "critical")]
+        marks += ["inferred"] if rules.is_inferred(item) else []
+        marks += ["off"] if rules.is_disabled(item) else []
+        lines.append(f"{number:>3}. {rules.describe(item)} ({', '.join(marks)})")
+    return "\n".join(lines) or "no rules"
+
+
+@rules_app.command("infer")
+def rules_infer(
+    project_id: str,
+    dataset_id: str,
+    apply: Annotated[bool, typer.Option("--apply", help="Store the proposal (admins); else only print it.")] = False,
+    as_user: AsUser = None,
+) -> None:
+    """Propose warning rules from the data's profile: not null, ranges, value sets, uniqueness, shapes.
+
+    The proposal replaces earlier inferred rules and keeps every other rule.
+    """
+    catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    if apply:
+        suite = datasets.infer_dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    else:
+        suite = datasets.propose_rules(catalog, project_id, dataset_id, actor=actor)
+    emit(suite, _rules_text(suite) + ("" if apply else "\n(proposal only: --apply stores it)"))
+
+
+@rules_app.command("change")
+def rules_change(
+    project_id: str,
+    dataset_id: str,
+    number: Annotated[int, typer.Argument(help="The rule's number, as `rules list` shows it.")],
+    severity: Annotated[str | None, typer.Option("--severity", help="critical, warning or info.")] = None,
+    min_value: Annotated[float | None, typer.Option("--min", help="New lower bound of a range rule.")] = None,
+    max_value: Annotated[float | None, typer.Option("--max", help="New upper bound of a range rule.")] = None,
+    enabled: Annotated[bool | None, typer.Option("--enable/--disable", help="Turn the rule on or off.")] = None,
+    as_user: AsUser = None,
+) -> None:
+    """Change one rule's severity, bounds, or on/off state (admins)."""
+    from core import rules
+
+    catalog = _catalog()
+    change = rules.RuleChange(severity=severity, min_value=min_value, max_value=max_value, enabled=enabled)
+    if change == rules.RuleChange():
+        raise InvalidInput("nothing to change: give --severity, --min, --max, --enable or --disable", field="rule")
+    actor = _actor(catalog, as_user)
+    suite = datasets.change_dataset_rule(catalog, project_id, dataset_id, number, change, actor=actor)
+    emit(suite, _rules_text(suite))
+
+
+@rules_app.command("list")
+def rules_list(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
+    """The rules in plain words, numbered, with how often each failed in the last 20 validation runs."""
+    from core import rules
+
+    catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    suite = datasets.dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    failed = datasets.recent_rule_failures(catalog, project_id, dataset_id, actor=actor)
+    listed = [
+        {
+            "number": number,
+            "description": rules.describe(item),
+            "type": item.get("type"),
+            "column": (item.get("kwargs") or {}).get("column"),
+            "severity": item.get("severity", "critical"),
+            "inferred": rules.is_inferred(item),
+            "enabled": not rules.is_disabled(item),
+            "failed_runs": failed.of(item),
+        }
+        for number, item in enumerate(suite.get("expectations", []), start=1)
+    ]
+    emit(
+        {"rules": listed, "runs_considered": failed.runs},
+        _rules_text(suite) + f"\n(failures counted over the last {failed.runs} run(s))",
+    )
+
+
 # ---------------------------------------------------------------- history
 
 
@@ -868,13 +1003,18 @@ def history_diff(
     dataset_id: str,
     from_version: Annotated[int, typer.Option("--from", help="The older version.")],
     to_version: Annotated[int, typer.Option("--to", help="The newer version.")],
-    limit: Annotated[int, typer.Option("--limit", help="At most this many changes.")] = 100,
-    offset: Annotated[int, typer.Option("--offset", help="Skip this many changes.")] = 0,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many changes (and rows with --rows).")] = 100,
+    offset: Annotated[int, typer.Option("--offset", help="Skip this many changes (and rows with --rows).")] = 0,
+    rows: rows_cli.RowsOption = False,
+    kind: rows_cli.KindOption = None,
+    column: rows_cli.ColumnOption = None,
+    export: rows_cli.ExportOption = None,
     as_user: AsUser = None,
 ) -> None:
-    """Show the cell-level changes between two versions of a dataset."""
+    """Show the cell-level changes between two versions of a dataset (and with --rows, row by row)."""
     from core import history
 
+    rows_cli.check_rows_options(rows, kind, column, export)
     catalog = _catalog()
     result = history.diff_versions(
         catalog,
@@ -901,6 +1041,21 @@ def history_diff(
     lines += [
         f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in result.changes
     ]
+    if rows:
+        actor = _actor(catalog, as_user)
+        versions = (project_id, dataset_id, from_version, to_version)
+        page = history.row_diff_versions(
+            catalog, *versions, actor=actor, kinds=kind, columns=column, limit=limit, offset=offset
+        )
+        exported = None
+        if export is not None:
+            fmt = rows_cli.export_format(export)
+            written = history.export_version_diff(
+                catalog, *versions, export, actor=actor, fmt=fmt, kinds=kind, columns=column
+            )
+            exported = (export, written)
+        doc.update(rows_cli.rows_doc(page, exported))
+        lines += rows_cli.rows_lines(page, exported)
     emit(doc, "\n".join(lines))
 
 

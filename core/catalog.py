@@ -1,4 +1,4 @@
-"""The metadata catalog: projects, datasets, users, memberships and the audit log.
+"""The metadata catalog: projects, datasets, users, memberships, the audit log and notifications.
 
 SQLAlchemy 2 ORM over any URL (SQLite by default, PostgreSQL through
 ``postgresql+psycopg://``). The schema is owned by Alembic migrations in
@@ -112,6 +112,8 @@ class DatasetRow(Base):
     # The writer lease of the main table (core.writer): who holds it, and until when.
     writer: Mapped[str | None] = mapped_column(String(200), nullable=True)
     writer_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    # The identifying columns diffs show beside each row's key (JSON list; NULL: the default, core.diff).
+    label_columns: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ChangeRequestRow(Base):
@@ -204,6 +206,66 @@ class AuditEventRow(Base):
 @event.listens_for(AuditEventRow, "before_delete")
 def _audit_is_append_only(mapper: Any, connection: Any, target: AuditEventRow) -> None:
     raise EngineError("audit events are append-only and cannot be changed or deleted")
+
+
+class WebhookRow(Base):
+    """A project's webhook (core.notify). The secret is kept as given: every delivery is signed with it."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(63), ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Set when one of its deliveries died (ran out of attempts); cleared by the next success.
+    failing: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    last_error_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_success_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class OutboxRow(Base):
+    """One notification to send on one channel (an email address or a webhook), with its retries."""
+
+    __tablename__ = "notify_outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    event: Mapped[str] = mapped_column(String(32))
+    project_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    dataset_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    cr_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    actor: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    channel: Mapped[str] = mapped_column(String(16))  # "email" or "webhook"
+    target: Mapped[str] = mapped_column(String(320))  # the email address, or the webhook id
+    recipient: Mapped[str | None] = mapped_column(String(63), nullable=True)  # the username of an email
+    payload: Mapped[str] = mapped_column(Text)  # the JSON body, sent byte for byte on every attempt
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)  # pending | sent | dead
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    dedup_key: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
+
+
+class InboxRow(Base):
+    """An event in a user's in-app inbox (core.notify), unread until ``read_at``."""
+
+    __tablename__ = "notify_inbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    username: Mapped[str] = mapped_column(String(63), index=True)
+    event: Mapped[str] = mapped_column(String(32))
+    project_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    dataset_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    cr_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    actor: Mapped[str] = mapped_column(String(63))
+    at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    summary: Mapped[str] = mapped_column(Text)
+    read_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    dedup_key: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
 
 
 class Catalog:

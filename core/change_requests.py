@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from core import audit, diff, disk, engine, reads, sessions, validation
+from core import audit, diff, disk, engine, notify, reads, sessions, validation
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
@@ -413,10 +413,12 @@ def record_change_request(
                     cells=cells,
                 ),
             )
-            return record_from_row(row)
+            record = record_from_row(row)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    notify.emit(catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author)
+    return record
 
 
 def validate_change_request(
@@ -496,6 +498,100 @@ def staged_columns(staging: Path) -> list[str]:
     return [c.name for c in reads.table_schema(staging) if c.name not in (OP_COLUMN, CHANGED_COLUMN)]
 
 
+# ---------------------------------------------------------------- the row-shaped diff (core.diff.row_diff)
+
+
+def diff_source(catalog: Catalog, cr_id: str, *, actor: User) -> diff.DiffSource | None:
+    """What a change request's row diff compares (None for a rejected or withdrawn request: no diff).
+
+    An open request: ``main`` at its base version, read only for the rows it stages, against
+    its staged rows (a staged row carries every column as of the base version, so only the
+    cells it changed differ). A merged one: the commit that merged it against the one before.
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    main = str(layout.main)
+    scan = "FROM delta_scan(?, version => ?)"
+    if record.state == CRState.MERGED and record.merged_version is not None:
+        version = record.merged_version
+        after_schema = reads.table_schema(layout.main, version)
+        before_schema = reads.table_schema(layout.main, version - 1)
+        columns = [c.name for c in after_schema]
+        present = {c.name for c in before_schema}
+        return diff.DiffSource(
+            before=diff.Relation(f"SELECT {diff.select_list(columns, present)} {scan}", [main, version - 1]),
+            after=diff.Relation(f"SELECT {diff.select_list(columns, set(columns))} {scan}", [main, version]),
+            columns=columns,
+            schema=tuple(diff.schema_deltas(before_schema, after_schema)),
+        )
+    staging = layout.staging(cr_id)
+    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+        return None
+    columns = staged_columns(staging)
+    base_schema = reads.table_schema(layout.main, record.base_version)
+    present = {c.name for c in base_schema}
+    staged_ids = "WHERE row_id IN (SELECT row_id FROM delta_scan(?))"
+    schema = [
+        diff.SchemaDelta(c.column, "add" if c.change == "add" else "retype", c.from_type, c.to_type)
+        for c in record.schema_changes
+    ]
+    known = {s.column for s in schema}
+    staged_types = {c.name: c.type for c in reads.table_schema(staging)}
+    schema += [diff.SchemaDelta(c, "add", None, staged_types[c]) for c in columns if c not in present | known]
+    return diff.DiffSource(
+        before=diff.Relation(
+            f"SELECT {diff.select_list(columns, present)} {scan} {staged_ids}",
+            [main, record.base_version, str(staging)],
+        ),
+        after=diff.Relation(
+            f"SELECT {diff.select_list(columns, set(columns))} FROM delta_scan(?) WHERE {OP_COLUMN} <> 'delete'",
+            [str(staging)],
+        ),
+        columns=columns,
+        schema=tuple(schema),
+    )
+
+
+def row_diff_change_request(
+    catalog: Catalog,
+    cr_id: str,
+    *,
+    actor: User,
+    kinds: list[str] | None = None,
+    columns: list[str] | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> diff.RowDiffPage:
+    """One page of a change request's row-shaped diff, with the dataset's identifying columns.
+
+    Raises:
+        InvalidInput: An unknown kind or column to filter by; bad limit or offset.
+        NotFound: Unknown change request.
+        PermissionDenied: ``actor`` is not a member of the project.
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    labels = diff.label_columns(catalog, record.project_id, record.dataset_id, actor=actor)
+    source = diff_source(catalog, cr_id, actor=actor)
+    spec = diff.check_filters(kinds, columns, source.columns if source else None)
+    return diff.row_diff(source or diff.EMPTY_SOURCE, label_columns=labels, spec=spec, limit=limit, offset=offset)
+
+
+def export_change_request_diff(
+    catalog: Catalog,
+    cr_id: str,
+    out: Path,
+    *,
+    actor: User,
+    fmt: diff.ExportFormat,
+    kinds: list[str] | None = None,
+    columns: list[str] | None = None,
+) -> int:
+    """Write a change request's whole row diff (filtered) to ``out`` as CSV or Parquet; returns its rows."""
+    source = diff_source(catalog, cr_id, actor=actor)
+    spec = diff.check_filters(kinds, columns, source.columns if source else None)
+    return diff.export_row_diff(source or diff.EMPTY_SOURCE, out, fmt=fmt, spec=spec)
+
+
 def get_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
     """A change request, for members of its project."""
     validate_id(cr_id, kind="change request id")
@@ -557,6 +653,10 @@ def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: st
             ),
         )
         record = record_from_row(row)
+    notify.emit(
+        catalog, to.value, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
+        extra={"reason": reason},
+    )
     remove_leftovers(record)
     return record
 
@@ -588,14 +688,19 @@ def reject_change_request(catalog: Catalog, cr_id: str, *, actor: User, reason: 
 
 def add_comment(catalog: Catalog, cr_id: str, body: str, *, actor: User) -> Comment:
     """Comment on a change request (any member of its project)."""
-    get_change_request(catalog, cr_id, actor=actor)
+    comment_on = get_change_request(catalog, cr_id, actor=actor)
     if not body.strip():
         raise InvalidInput("a comment cannot be empty", field="comment")
     with catalog.session() as s:
         row = CommentRow(cr_id=cr_id, author=actor.username, body=body.strip())
         s.add(row)
         s.flush()
-        return Comment(row.author, row.ts, row.body)
+        comment = Comment(row.author, row.ts, row.body)
+    notify.emit(
+        catalog, "commented", project=comment_on.project_id, dataset=comment_on.dataset_id, cr_id=cr_id,
+        actor=actor.username, extra={"comment": comment.body},
+    )
+    return comment
 
 
 def comments(catalog: Catalog, cr_id: str, *, actor: User) -> list[Comment]:

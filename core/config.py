@@ -25,6 +25,13 @@ def _int(name: str, default: int) -> int:
         raise InvalidInput(f"setting {name} must be an integer, got {raw!r}", field=name) from exc
 
 
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = (os.environ.get(name) or default).strip().lower()
+    if raw not in choices:
+        raise InvalidInput(f"setting {name} must be one of {', '.join(choices)}, got {raw!r}", field=name)
+    return raw
+
+
 def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
     if not raw.strip():
         return {}
@@ -63,6 +70,14 @@ class Settings:
     demo_rows: int = 100_000
     oidc_groups_claim: str = "groups"
     oidc_group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Notifications (core.notify): email over SMTP is on when a host is set.
+    smtp_host: str | None = None
+    smtp_port: int = 0  # 0: the TLS mode's usual port (25, 587 or 465)
+    smtp_tls: str = "starttls"
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_from: str = "oreo@localhost"
+    notify_interval_s: int = 30
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -89,6 +104,13 @@ class Settings:
             demo_rows=_int("OREO_DEMO_ROWS", 100_000),
             oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",
             oidc_group_roles=_group_roles(os.environ.get("OREO_OIDC_GROUP_ROLES", "")),
+            smtp_host=os.environ.get("OREO_SMTP_HOST") or None,
+            smtp_port=_int("OREO_SMTP_PORT", 0),
+            smtp_tls=_choice("OREO_SMTP_TLS", "starttls", ("none", "starttls", "ssl")),
+            smtp_user=os.environ.get("OREO_SMTP_USER") or None,
+            smtp_password=os.environ.get("OREO_SMTP_PASSWORD") or None,
+            smtp_from=os.environ.get("OREO_SMTP_FROM") or "oreo@localhost",
+            notify_interval_s=_int("OREO_NOTIFY_INTERVAL_S", 30),
         )
 
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import or_, select, update
 
-from core import audit, damage, engine, reads, validation
+from core import audit, damage, engine, reads, rules, validation
 from core.auth import SYSTEM, Role, User, memberships, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow, utcnow
 from core.config import get_settings
@@ -213,6 +213,52 @@ def create_dataset(
     layout = layout_for(project_id, dataset_id)
     file = Path(file)
     file_kind(file)
+    _check_new_dataset(catalog, project_id, dataset_id, layout, actor)
+    settings = get_settings()
+    # Read once, bounded; the bytes parsed are the bytes kept, so a file that grows after
+    # the read is never copied past the limit.
+    data = read_input_file(file, max_bytes=settings.max_upload_mb * 1024 * 1024)
+    table = with_row_ids(parse_table(data, file, sheet=sheet), key)
+    return _create(catalog, layout, project_id, dataset_id, table, key=key, actor=actor, source=file.name, raw=data)
+
+
+def create_dataset_from_table(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    table: pa.Table,
+    *,
+    key: str | None = None,
+    actor: User = SYSTEM,
+    source: str,
+) -> DatasetInfo:
+    """Create a dataset whose ``main`` table holds the rows of an Arrow table (a migration's rows).
+
+    As ``create_dataset`` without a file to read and parse again: the rows get their
+    ``row_id`` and are kept as the upload's ``converted.parquet`` only (there is no raw
+    file), which counts against ``OREO_MAX_UPLOAD_MB`` like an upload.
+
+    Args:
+        catalog: The catalog.
+        project_id: An existing project.
+        dataset_id: A new dataset id.
+        table: The rows, in Delta-ready types (see ``core.ingest.normalise_types``).
+        key: Column whose values become ``row_id``; unique, non-null. None: UUIDs.
+        actor: Must be admin in the project.
+        source: Where the rows came from, for the audit log.
+
+    Raises:
+        As ``create_dataset``; InvalidInput also when the rows are over the dataset limit.
+    """
+    layout = layout_for(project_id, dataset_id)
+    _check_new_dataset(catalog, project_id, dataset_id, layout, actor)
+    rows = with_row_ids(table, key)
+    return _create(catalog, layout, project_id, dataset_id, rows, key=key, actor=actor, source=source, raw=None)
+
+
+def _check_new_dataset(
+    catalog: Catalog, project_id: str, dataset_id: str, layout: DatasetLayout, actor: User
+) -> None:
     require_role(catalog, actor, project_id, Role.ADMIN, action="create a dataset")
     with catalog.session() as s:
         if s.get(ProjectRow, project_id) is None:
@@ -225,12 +271,25 @@ def create_dataset(
             kind="dataset",
             ident=dataset_id,
         )
-    settings = get_settings()
-    # Read once, bounded; the bytes parsed are the bytes kept, so a file that grows after
-    # the read is never copied past the limit.
-    data = read_input_file(file, max_bytes=settings.max_upload_mb * 1024 * 1024)
-    table = with_row_ids(parse_table(data, file, sheet=sheet), key)
 
+
+def _create(
+    catalog: Catalog,
+    layout: DatasetLayout,
+    project_id: str,
+    dataset_id: str,
+    table: pa.Table,
+    *,
+    key: str | None,
+    actor: User,
+    source: str,
+    raw: bytes | None,
+) -> DatasetInfo:
+    """Lay out the dataset, keep the upload, write ``main`` from ``table`` (``row_id`` set), record it.
+
+    ``raw`` is the uploaded file's bytes, kept as ``raw.<ext>`` of ``source``; None: no file
+    was uploaded, and the converted rows must fit the dataset limit.
+    """
     # The highest folder this call creates: on failure the dataset's folder goes, then each
     # parent up to this one while it is empty (``logs/`` the engine wrote meanwhile stays).
     created_top = layout.root
@@ -242,13 +301,20 @@ def create_dataset(
         upload_id = new_id("up")
         upload = layout.upload(upload_id)
         upload.mkdir(parents=True)
-        (upload / f"raw{file.suffix.lower()}").write_bytes(data)
+        if raw is not None:
+            (upload / f"raw{Path(source).suffix.lower()}").write_bytes(raw)
         converted = upload / "converted.parquet"
         write_converted(table, converted)
+        if raw is None:
+            check_dataset_size(converted.stat().st_size)
         _write_main(layout, converted, commit)
         info = sync_dataset(catalog, project_id, dataset_id, commit, key_column=key, created_by=actor.username)
-        columns = [(c.name, c.type) for c in reads.table_schema(layout.main, info.version)]
-        validation.write_default_suite(layout, dataset_id, columns)
+        schema = reads.table_schema(layout.main, info.version)
+        columns = [(c.name, c.type) for c in schema]
+        # The default critical rules, and warnings inferred from what the data looks like.
+        validation.write_default_suite(
+            layout, dataset_id, columns, inferred=rules.infer_rules(layout.main, info.version, schema)
+        )
         with catalog.session() as s:
             audit.record(
                 s,
@@ -256,7 +322,7 @@ def create_dataset(
                     actor=actor.username,
                     project_id=project_id,
                     dataset_id=dataset_id,
-                    source_file=file.name,
+                    source_file=source,
                     key_column=key,
                     rows=info.rows or 0,
                     version=info.version or 0,
@@ -271,6 +337,18 @@ def create_dataset(
             if row is not None:
                 s.delete(row)
         raise
+
+
+def check_dataset_size(parquet_bytes: int) -> None:
+    """Refuse rows that are over the dataset limit as Parquet (a file upload is bounded when read)."""
+    limit_mb = get_settings().max_upload_mb
+    size_mb = parquet_bytes / 2**20
+    if size_mb > limit_mb:
+        raise InvalidInput(
+            f"the data is {size_mb:.1f} MB as Parquet, over the {limit_mb} MB dataset limit",
+            field="file",
+            hint=f"raise OREO_MAX_UPLOAD_MB for this run, e.g. OREO_MAX_UPLOAD_MB={int(size_mb * 1.2) + 1}",
+        )
 
 
 def _remove_created(root: Path, created_top: Path) -> None:
@@ -508,6 +586,51 @@ def set_dataset_rules(
             ),
         )
     return suite
+
+
+def propose_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
+    """The dataset's suite with its inferred rules proposed afresh from the current data (nothing stored)."""
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    inferred = rules.infer_rules(Path(info.path), info.version, dataset_columns(info))
+    return rules.with_inferred(suite, inferred)
+
+
+def infer_dataset_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
+    """Replace the dataset's inferred rules with ones proposed from the current data (admins).
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+    """
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
+    return set_dataset_rules(
+        catalog, project_id, dataset_id, propose_rules(catalog, project_id, dataset_id, actor=actor), actor=actor
+    )
+
+
+def change_dataset_rule(
+    catalog: Catalog, project_id: str, dataset_id: str, number: int, change: rules.RuleChange, *, actor: User
+) -> dict[str, Any]:
+    """Change one rule's severity, bounds or on/off state (admins); ``number`` is 1-based.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        NotFound: No rule with that number.
+        InvalidInput: A bad severity, bounds on a rule without bounds, or a minimum above the maximum.
+    """
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
+    if change.severity is not None and change.severity not in validation.SEVERITIES:
+        raise InvalidInput(f"severity {change.severity!r}: use critical, warning or info", field="severity")
+    suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    return set_dataset_rules(catalog, project_id, dataset_id, rules.changed_rule(suite, number, change), actor=actor)
+
+
+def recent_rule_failures(
+    catalog: Catalog, project_id: str, dataset_id: str, *, actor: User, runs: int = 20
+) -> rules.RecentFailures:
+    """How often each rule failed in the dataset's last ``runs`` validation runs."""
+    get_dataset(catalog, project_id, dataset_id, actor=actor)
+    return rules.recent_failures(layout_for(project_id, dataset_id), runs)
 
 
 # ---------------------------------------------------------------- settings

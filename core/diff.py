@@ -9,16 +9,26 @@ A diff compares a *before* and an *after* relation that share the table's column
 Values are compared and reported as DuckDB's text form, so the diff reads the same for
 every column type. Entries are ordered by ``row_id`` then column, and paged in DuckDB:
 the first page of a diff of 100,000 cells never leaves the database whole.
+
+``row_diff`` shapes the same comparison as rows (what an approver reads): one entry per
+changed row with its identifying columns (``label_columns``, a dataset setting), a
+summary of the whole diff, filters by kind and column, and ``export_row_diff`` writes
+the whole diff as CSV or Parquet. A ``DiffSource`` says what is compared; change
+requests and History build theirs (``change_requests.diff_source``,
+``history.version_diff_source``).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from core import reads
-from core.errors import EngineError
+from core import audit, datasets, reads
+from core.auth import Role, User, require_role
+from core.catalog import Catalog, DatasetRow
+from core.errors import EngineError, InvalidInput, NotFound
 
 ChangeKind = Literal["insert", "update", "delete"]
 
@@ -279,3 +289,413 @@ def staged_diff(
     except Exception as exc:  # duckdb.Error and its many subclasses
         raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
     return DiffPage(changes=[_change(r) for r in rows if r[0] is not None], total=int(rows[0][5]))
+
+
+# ---------------------------------------------------------------- the row-shaped diff
+#
+# What an approver reads: one entry per changed row, not per cell. An update carries its
+# changed cells (old -> new), an insert its whole new row, a delete its whole old row; each
+# row also carries the values of the dataset's identifying columns (``label_columns``).
+# Rows are found, counted and paged in DuckDB; only one page of values leaves it.
+
+SchemaDeltaKind = Literal["add", "drop", "retype"]
+KINDS: tuple[ChangeKind, ...] = ("update", "insert", "delete")
+MAX_LABEL_COLUMNS = 3
+
+
+@dataclass(frozen=True)
+class CellChange:
+    """One cell of a changed row; ``(row_id, column)`` names it on every screen."""
+
+    column: str
+    old: str | None
+    new: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"column": self.column, "old": self.old, "new": self.new}
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """A changed row: an update's changed cells, or every cell of an inserted or deleted row.
+
+    Values are DuckDB's text form, as in ``Change``; a cell absent on one side is None.
+    """
+
+    row_id: str
+    kind: ChangeKind
+    labels: dict[str, str | None]  # the identifying columns: the new value, or the old for a delete
+    cells: tuple[CellChange, ...]
+
+    @property
+    def row(self) -> dict[str, str | None] | None:
+        """The whole new row of an insert, the whole old row of a delete (None for an update)."""
+        if self.kind == "update":
+            return None
+        return {c.column: c.new if self.kind == "insert" else c.old for c in self.cells}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row_id": self.row_id,
+            "kind": self.kind,
+            "labels": dict(self.labels),
+            "cells": [c.to_json() for c in self.cells],
+            "row": self.row,
+        }
+
+
+@dataclass(frozen=True)
+class SchemaDelta:
+    """A column the change adds, drops or gives another type."""
+
+    column: str
+    change: SchemaDeltaKind
+    from_type: str | None
+    to_type: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"column": self.column, "change": self.change, "from": self.from_type, "to": self.to_type}
+
+    def describe(self) -> str:
+        if self.change == "add":
+            return f"adds column {self.column} ({self.to_type})"
+        if self.change == "drop":
+            return f"drops column {self.column} ({self.from_type})"
+        return f"changes {self.column}: {self.from_type} → {self.to_type}"
+
+
+def schema_deltas(before: list[reads.Column], after: list[reads.Column]) -> list[SchemaDelta]:
+    """The columns ``after`` adds, drops or retypes compared with ``before`` (in ``after``'s order, drops last)."""
+    old = {c.name: c.type for c in before}
+    new = {c.name: c.type for c in after}
+    found = [
+        SchemaDelta(c.name, "retype" if c.name in old else "add", old.get(c.name), c.type)
+        for c in after
+        if old.get(c.name) != c.type
+    ]
+    return found + [SchemaDelta(c.name, "drop", c.type, None) for c in before if c.name not in new]
+
+
+@dataclass(frozen=True)
+class DiffSummary:
+    """The whole diff at a glance: rows per kind, updated cells per column, schema changes."""
+
+    updated: int
+    inserted: int
+    deleted: int
+    columns: dict[str, int]  # column -> updated rows whose cell in it changed, most first
+    schema: tuple[SchemaDelta, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows_updated": self.updated,
+            "rows_inserted": self.inserted,
+            "rows_deleted": self.deleted,
+            "columns": dict(self.columns),
+            "schema_changes": [s.to_json() for s in self.schema],
+        }
+
+
+@dataclass(frozen=True)
+class RowDiffPage:
+    rows: list[RowChange]
+    total: int  # rows matching the filters
+    summary: DiffSummary  # of the whole diff, whatever the filters
+    label_columns: list[str]
+    columns: list[str]  # the compared columns, row_id first
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": [r.to_json() for r in self.rows],
+            "total": self.total,
+            "summary": self.summary.to_json(),
+            "label_columns": list(self.label_columns),
+        }
+
+
+@dataclass(frozen=True)
+class DiffSource:
+    """What a row diff compares: the rows before and after (both with ``columns``), and the schema change."""
+
+    before: Relation
+    after: Relation
+    columns: list[str]  # row_id first
+    schema: tuple[SchemaDelta, ...] = ()
+
+
+# The source of a diff with nothing to show (a rejected or withdrawn request).
+EMPTY_SOURCE = DiffSource(
+    before=Relation("SELECT NULL::VARCHAR AS row_id WHERE false", []),
+    after=Relation("SELECT NULL::VARCHAR AS row_id WHERE false", []),
+    columns=["row_id"],
+)
+
+
+@dataclass(frozen=True)
+class RowFilterSpec:
+    """Which changed rows to show: of these kinds (None: all), changing any of these columns (None: any).
+
+    A row changes a column when its value there differs, an absent row counting as all
+    NULL: an update whose cell changed, an insert or a delete with a value in it.
+    """
+
+    kinds: tuple[ChangeKind, ...] | None = None
+    columns: tuple[str, ...] | None = None
+
+
+def check_filters(kinds: list[str] | None, columns: list[str] | None, known: list[str] | None) -> RowFilterSpec:
+    """A ``RowFilterSpec`` from user input, refusing an unknown kind or column (``InvalidInput``).
+
+    ``known`` is the diff's columns (None: a diff with nothing to show, whose columns are not checked).
+    """
+    for kind in kinds or []:
+        if kind not in KINDS:
+            raise InvalidInput(f"unknown change kind {kind!r}; use one of: {', '.join(KINDS)}", field="kind")
+    data = [c for c in known or [] if c != "row_id"]
+    for column in columns or []:
+        if known is not None and column not in data:
+            raise InvalidInput(f"the diff has no column {column!r}; its columns are: {', '.join(data)}", field="column")
+    return RowFilterSpec(
+        kinds=tuple(dict.fromkeys(kinds)) if kinds else None,  # type: ignore[arg-type]
+        columns=tuple(dict.fromkeys(columns)) if columns else None,
+    )
+
+
+def _text_cols(side: str, data: list[str]) -> list[str]:
+    q = reads.quote_ident
+    return [f"CAST({side}.{q(c)} AS VARCHAR)" for c in data]
+
+
+def _found_sql(source: DiffSource) -> tuple[str, list[Any]]:
+    """The CTEs ``b``, ``a`` and ``j`` (row_id, kind, changed columns) of every changed row."""
+    lit = reads.quote_literal
+    data = [c for c in source.columns if c != "row_id"]
+    tb, ta = _text_cols("b", data), _text_cols("a", data)
+    if data:
+        flags = ", ".join(
+            f"CASE WHEN {o} IS DISTINCT FROM {n} THEN {lit(c)} END" for c, o, n in zip(data, tb, ta, strict=True)
+        )
+        changed = f"list_filter([{flags}], x -> x IS NOT NULL)"
+    else:
+        changed = "[]::VARCHAR[]"
+    sql = f"""
+        b AS ({source.before.sql}), a AS ({source.after.sql}),
+        j AS MATERIALIZED (
+            SELECT * FROM (
+                SELECT coalesce(a.row_id, b.row_id) AS row_id,
+                       CASE WHEN b.row_id IS NULL THEN 'insert' WHEN a.row_id IS NULL THEN 'delete'
+                            ELSE 'update' END AS kind,
+                       {changed} AS changed
+                FROM b FULL OUTER JOIN a ON a.row_id = b.row_id
+            ) WHERE kind <> 'update' OR len(changed) > 0
+        )"""
+    return sql, [*source.before.params, *source.after.params]
+
+
+def _where(spec: RowFilterSpec, of: str = "j") -> str:
+    lit = reads.quote_literal
+    parts = ["true"]
+    if spec.kinds:
+        parts.append(f"{of}.kind IN ({', '.join(lit(k) for k in spec.kinds)})")
+    if spec.columns:
+        parts.append(f"list_has_any({of}.changed, [{', '.join(lit(c) for c in spec.columns)}]::VARCHAR[])")
+    return " AND ".join(parts)
+
+
+def row_diff(
+    source: DiffSource,
+    *,
+    label_columns: list[str] | None = None,
+    spec: RowFilterSpec | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> RowDiffPage:
+    """One page of the row-shaped diff of ``source``, with the summary of the whole diff, in one query.
+
+    Args:
+        source: What to compare.
+        label_columns: Identifying columns to carry with each row (those the diff lacks are left out).
+        spec: Which rows to page through; the summary always counts the whole diff.
+        limit: Rows per page, 1..10,000.
+        offset: Rows to skip (ordered by ``row_id``).
+
+    Raises:
+        InvalidInput: Bad limit or offset.
+        EngineError: DuckDB could not read the tables.
+    """
+    reads.check_page(limit, offset)
+    spec = spec or RowFilterSpec()
+    data = [c for c in source.columns if c != "row_id"]
+    labels = [c for c in label_columns or [] if c in data]
+    found, params = _found_sql(source)
+    tb, ta = _text_cols("b", data), _text_cols("a", data)
+    old = f"CASE WHEN b.row_id IS NULL THEN NULL ELSE [{', '.join(tb)}]::VARCHAR[] END"
+    new = f"CASE WHEN a.row_id IS NULL THEN NULL ELSE [{', '.join(ta)}]::VARCHAR[] END"
+    sql = f"""
+        WITH {found},
+        counts AS (
+            SELECT count(*) FILTER (WHERE kind = 'update') AS updated,
+                   count(*) FILTER (WHERE kind = 'insert') AS inserted,
+                   count(*) FILTER (WHERE kind = 'delete') AS deleted
+            FROM j
+        ),
+        per_column AS (
+            SELECT list({{'c': c, 'n': n}} ORDER BY n DESC, c) AS per_column FROM (
+                SELECT c, count(*) AS n FROM (SELECT unnest(changed) AS c FROM j WHERE kind = 'update') GROUP BY c
+            )
+        ),
+        f AS (SELECT row_id, kind, changed FROM j WHERE {_where(spec)}),
+        total AS (SELECT count(*) AS total FROM f),
+        page AS (SELECT * FROM f ORDER BY row_id LIMIT ? OFFSET ?),
+        shown AS (
+            SELECT p.row_id, p.kind, p.changed, {old} AS old, {new} AS new
+            FROM page p LEFT JOIN b ON b.row_id = p.row_id LEFT JOIN a ON a.row_id = p.row_id
+        )
+        SELECT shown.row_id, shown.kind, shown.changed, shown.old, shown.new,
+               counts.updated, counts.inserted, counts.deleted, per_column.per_column, total.total
+        FROM counts CROSS JOIN per_column CROSS JOIN total LEFT JOIN shown ON true
+        ORDER BY shown.row_id
+    """
+    try:
+        result = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
+    first = result[0]
+    summary = DiffSummary(
+        updated=int(first[5]),
+        inserted=int(first[6]),
+        deleted=int(first[7]),
+        columns={str(e["c"]): int(e["n"]) for e in first[8] or []},
+        schema=tuple(source.schema),
+    )
+    rows = [_row_change(r, data, labels) for r in result if r[0] is not None]
+    return RowDiffPage(
+        rows=rows, total=int(first[9]), summary=summary, label_columns=labels, columns=list(source.columns)
+    )
+
+
+def _row_change(r: tuple[Any, ...], data: list[str], labels: list[str]) -> RowChange:
+    row_id, kind, changed, old, new = r[:5]
+    old_values = dict(zip(data, old, strict=True)) if old is not None else {}
+    new_values = dict(zip(data, new, strict=True)) if new is not None else {}
+    shown = [c for c in data if c in set(changed)] if kind == "update" else data
+    cells = tuple(CellChange(c, old_values.get(c), new_values.get(c)) for c in shown)
+    side = old_values if kind == "delete" else new_values
+    return RowChange(row_id=str(row_id), kind=kind, labels={c: side.get(c) for c in labels}, cells=cells)
+
+
+ExportFormat = Literal["csv", "parquet"]
+
+
+def export_row_diff(source: DiffSource, out: Path, *, fmt: ExportFormat, spec: RowFilterSpec | None = None) -> int:
+    """Write the whole row diff (every page, filtered by ``spec``) to ``out``; returns the rows written.
+
+    One row per changed row: ``row_id``, ``kind``, ``changed_columns`` (comma-separated),
+    then ``old.<column>`` and ``new.<column>`` for every column, with the table's types
+    (NULL on the side where the row is absent). Written by DuckDB beside ``out`` and
+    renamed into place, so a failed export leaves no file.
+
+    Raises:
+        InvalidInput: Unknown format.
+        EngineError: DuckDB could not read the tables or write the file.
+    """
+    if fmt not in ("csv", "parquet"):
+        raise InvalidInput(f"unknown export format {fmt!r}; use csv or parquet", field="format")
+    q, lit = reads.quote_ident, reads.quote_literal
+    spec = spec or RowFilterSpec()
+    data = [c for c in source.columns if c != "row_id"]
+    found, params = _found_sql(source)
+    values = "".join(f", b.{q(c)} AS {q('old.' + c)}, a.{q(c)} AS {q('new.' + c)}" for c in data)
+    partial = out.with_name(f".{out.name}.partial")
+    options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
+    sql = f"""
+        COPY (
+            WITH {found}
+            SELECT j.row_id, j.kind, array_to_string(j.changed, ',') AS changed_columns{values}
+            FROM j LEFT JOIN b ON b.row_id = j.row_id LEFT JOIN a ON a.row_id = j.row_id
+            WHERE {_where(spec)}
+            ORDER BY j.row_id
+        ) TO {lit(str(partial))} ({options})
+    """
+    try:
+        written = reads.cursor().execute(sql, params).fetchone()
+        partial.replace(out)
+    except Exception as exc:  # duckdb.Error and its many subclasses, or the rename
+        partial.unlink(missing_ok=True)
+        raise EngineError(f"DuckDB could not export the diff: {str(exc).splitlines()[0]}") from exc
+    return int(written[0]) if written else 0
+
+
+# ---------------------------------------------------------------- identifying columns
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelColumnsChanged(audit.AuditEvent):
+    name = "dataset_label_columns_changed"
+    label_columns: list[str] | None  # None: back to the default
+
+
+def default_label_columns(key_column: str | None, columns: list[reads.Column]) -> list[str]:
+    """The key (if the dataset has one besides ``row_id``) plus the first two text columns."""
+    chosen = [key_column] if key_column and key_column != "row_id" and key_column in {c.name for c in columns} else []
+    texts = [c.name for c in columns if c.type == "VARCHAR" and c.name != "row_id" and c.name not in chosen]
+    return (chosen + texts[:2])[:MAX_LABEL_COLUMNS]
+
+
+def label_columns(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> list[str]:
+    """The identifying columns of a dataset's diffs: its setting (columns it still has), else the default.
+
+    Raises:
+        NotFound: Unknown dataset.
+        PermissionDenied: ``actor`` is not a member of the project.
+    """
+    info = datasets.get_dataset(catalog, project_id, dataset_id, actor=actor)
+    columns = datasets.dataset_columns(info)
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        stored = row.label_columns if row is not None else None
+    if stored is None:
+        return default_label_columns(info.key_column, columns)
+    names = {c.name for c in columns}
+    return [c for c in json.loads(stored) if c in names]
+
+
+def set_label_columns(
+    catalog: Catalog, project_id: str, dataset_id: str, columns: list[str] | None, *, actor: User
+) -> list[str]:
+    """Name a dataset's identifying columns (admins); None or [] restores the default. Returns them.
+
+    Raises:
+        InvalidInput: More than three columns, a repeated column, or one the table lacks.
+        NotFound: Unknown dataset.
+        PermissionDenied: ``actor`` is not an admin of the project.
+    """
+    info = datasets.get_dataset(catalog, project_id, dataset_id, actor=actor)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change a dataset's identifying columns")
+    chosen = list(columns or [])
+    if len(chosen) > MAX_LABEL_COLUMNS:
+        raise InvalidInput(
+            f"at most {MAX_LABEL_COLUMNS} identifying columns, got {len(chosen)}: {', '.join(chosen)}",
+            field="label_columns",
+        )
+    if len(set(chosen)) != len(chosen):
+        raise InvalidInput(f"an identifying column is named twice: {', '.join(chosen)}", field="label_columns")
+    names = [c.name for c in datasets.dataset_columns(info) if c.name != "row_id"]
+    unknown = [c for c in chosen if c not in names]
+    if unknown:
+        raise InvalidInput(
+            f"{project_id}/{dataset_id} has no column {unknown[0]!r}; its columns are: {', '.join(names)}",
+            field="label_columns",
+        )
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (project_id, dataset_id))
+        if row is None:
+            raise NotFound(f"unknown dataset {project_id}/{dataset_id}", kind="dataset", ident=dataset_id)
+        row.label_columns = json.dumps(chosen) if chosen else None
+        audit.record(
+            s,
+            LabelColumnsChanged(
+                actor=actor.username, project_id=project_id, dataset_id=dataset_id, label_columns=chosen or None
+            ),
+        )
+    return label_columns(catalog, project_id, dataset_id, actor=actor)

@@ -425,6 +425,20 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+_children_lock = threading.Lock()
+_idle_children: list[tuple[SparkSession, SparkSession]] = []  # (parent, child) kept by dml_session
+
+
+def _idle_child(spark: SparkSession) -> SparkSession:
+    """A kept child session of ``spark`` no one is using, or a new one."""
+    with _children_lock:
+        while _idle_children:
+            parent, child = _idle_children.pop()
+            if parent is spark:
+                return child
+    return spark.newSession()
+
+
 @contextmanager
 def dml_session(
     commit: CommitInfo, *, txn: tuple[str, int] | None = None, confs: dict[str, str] | None = None
@@ -434,8 +448,10 @@ def dml_session(
 
     Classic Spark gets a child session (``newSession``: its own SQL conf, shared
     SparkContext), so concurrent approvals in one process do not wait for each other.
-    Spark Connect has no child sessions; there the shared session's conf is set under
-    the commit lock, as in ``commit_metadata``.
+    Child sessions are kept for the next statement, with ``confs`` unset again: a fresh
+    one builds its analyzer, optimizer and planner on first use, a cost a small approval
+    would pay every time. Spark Connect has no child sessions; there the shared
+    session's conf is set under the commit lock, as in ``commit_metadata``.
     """
     confs = {**(confs or {}), USER_METADATA_CONF: commit.user_metadata()}
     if txn is not None:
@@ -443,23 +459,30 @@ def dml_session(
         confs[TXN_VERSION_CONF] = str(int(txn[1]))
     spark = get_spark()
     if not is_connect(spark):
-        child = spark.newSession()
-        for key, value in confs.items():
-            child.conf.set(key, value)
-        yield child
+        child = _idle_child(spark)
+        with _confs_set(child, confs):
+            yield child
+        with _children_lock:
+            _idle_children.append((spark, child))
         return
-    with _commit_lock:
-        before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in confs}
-        for key, value in confs.items():
-            spark.conf.set(key, value)
-        try:
-            yield spark
-        finally:
-            for key, old in before.items():
-                if old is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, old)
+    with _commit_lock, _confs_set(spark, confs):
+        yield spark
+
+
+@contextmanager
+def _confs_set(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
+    """``confs`` set on ``spark`` inside the block, and each key as it was afterwards."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def concurrency_exceptions() -> tuple[type[BaseException], ...]:

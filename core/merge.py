@@ -46,7 +46,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from core import audit, disk, engine, reads
+from core import audit, disk, engine, notify, reads
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, DatasetRow, utcnow
 from core.change_requests import (
@@ -196,7 +196,9 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
     staging = layout.staging(cr_id)
     if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
         return []
-    return conflicts_since(layout.main, staging, record.base_version)
+    conflicts = conflicts_since(layout.main, staging, record.base_version)
+    notify.emit_stale(catalog, record.project_id, record.dataset_id, cr_id, [c.version for c in conflicts])
+    return conflicts
 
 
 # ---------------------------------------------------------------- merge
@@ -272,7 +274,10 @@ class _TableMoved(Exception):
 SMALL_SOURCE_ROWS = 1000
 # A small MERGE's session runs without adaptive query execution: re-planning each of Delta's
 # dozen tiny jobs cost more than it saved (profiled: 1.3 s with it off, 1.9 s on, same rows).
-SMALL_MERGE_CONFS = {"spark.sql.adaptive.enabled": "false"}
+# Its shuffles hold at most the staged rows and the touched files' matches, so one partition
+# each: four tiny tasks per stage queued behind each other on a busy machine (interleaved,
+# 8 of 8 rounds faster with one; median 3.3 s against 8.3 s at load 11).
+SMALL_MERGE_CONFS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 @dataclass(frozen=True)
@@ -493,6 +498,10 @@ def approve_change_request(
         catalog, record, actor, version, comment, commit.commit_id, meta.get("validation_run_id"), clock.timings()
     )
     remove_leftovers(merged)
+    notify.emit(
+        catalog, "approved", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
+        extra={"version": version, "comment": merged.close_reason}, dedup_key=f"approved:{cr_id}",
+    )
     report(1.0, f"Merged as version {version}")
     return merged
 

@@ -1,9 +1,9 @@
 """Migrating a PostgreSQL table or a folder of Parquet files into a new dataset, with a parity report.
 
 The target is checked first (ids, the actor's admin role, no such dataset yet), then the
-source is read into Arrow and handed to ``core.datasets.create_dataset`` through a
-temporary Parquet file outside the data root, so a migration leaves exactly what a
-create leaves, and nothing when it fails.
+source is read into Arrow and handed, in memory, to
+``core.datasets.create_dataset_from_table``, so a migration leaves exactly what a create
+leaves (the rows kept as the upload's ``converted.parquet``), and nothing when it fails.
 
 PostgreSQL is read with psycopg: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by
 pyarrow with an explicit Arrow schema derived from the catalog types, all in one
@@ -16,14 +16,14 @@ back. DuckDB computes the Delta side's checksums over the rows on their way to S
 while Spark writes them; then one cheap read of the stored table compares its
 fingerprint (row count, sums of DuckDB's value hashes per column and per row) with the
 rows handed over. Equal, they are the same rows, so their checksums are the stored
-table's; different, the stored table's checksums are computed from it. Every cell gets
+table's; different, the stored table's checksums are computed from it. Every value gets
 a canonical text that both engines spell alike:
 
 =========== ================================================================
 integer     decimal digits
-decimal     digits with trailing fraction zeros trimmed (``1.50`` -> ``1.5``)
-float       ``NaN``, ``Infinity``, ``-Infinity``, else ``%.16e`` (17 significant
-            digits: exactly one text per double; a real is widened to double)
+decimal     digits with exactly the column's scale (``1.50`` in a scale-2 column)
+float       ``NaN``, else the 16 lower-case hex digits of the IEEE-754 double's bits
+            (exactly one text per double, ``-0`` apart from ``0``; a real is widened)
 text        the text itself (``char(n)`` keeps its padding)
 boolean     ``true`` / ``false``
 date        days since 1970-01-01
@@ -31,24 +31,32 @@ timestamp   microseconds since 1970-01-01 UTC (a naive timestamp counts as UTC)
 =========== ================================================================
 
 A value's cell text is ``=`` followed by that text; NULL is ``NULL`` (so NULL and the
-empty string differ). A cell's digest is the first 15 hex digits (60 bits) of the md5
-of its UTF-8 cell text; a column checksum is the sum of its cells' digests over all
-rows. The table hash is the same sum over row digests: the first 60 bits of the md5 of
-the row's cell texts, each preceded by its length in UTF-8 bytes and ``:``, concatenated
-in column order, so it also changes when values move between rows. Sums are
-order-independent and exact (decimal strings).
+empty string differ). A digest is the first 15 hex digits (60 bits) of the md5 of a
+UTF-8 text. The table hash is the sum of the row digests over all rows: the md5 of the
+row's cell texts joined by ``|`` in column order, each text column's cell preceded by its
+length in UTF-8 bytes and ``|`` (no other cell text holds a ``|``), so it changes when
+any value changes or moves between rows.
+
+A column checksum is the sum over rows of each cell's contribution: for text, binary
+and decimals wider than 18 digits the digest of the cell text; for the other types
+2**64 plus the value's integer image (the integer itself, 1/0 for true/false, the days
+or microseconds above, a float's bits as a signed 64-bit integer, a decimal's unscaled
+digits), so every value adds a positive amount and a NULL adds the digest of ``NULL``.
+A changed value, a NULL for a value and a lost row change it; values that move between
+rows do not. Sums are order-independent and exact (decimal strings).
 
 md5 is the cheapest digest both engines have, and PostgreSQL pays about a microsecond
-per call, one call per cell and one per row. So the source engine first
-computes only the row count and the table hash, while the table is written. Equal
-counts and table hashes mean both sides hold the same rows, so every column checksum
-is equal too, and the source's are the ones the Delta side computed. Only when they
-differ does the source engine compute its column checksums, to name the columns that
-differ.
+per call. So the source engine first computes only the row count and the table hash,
+while the table is written, and the Delta side hashes only its text columns and its
+rows (typed columns are summed, which costs next to nothing). Equal counts and table
+hashes mean both sides hold the same rows, so every column checksum is equal too, and
+the source's are the ones the Delta side computed. Only when they differ does the
+source engine compute its column checksums, to name the columns that differ.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tempfile
 import uuid
@@ -56,6 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -582,34 +591,6 @@ def _pg_export(c: _PgColumn) -> sql.Composable:
     return e
 
 
-def _pg_canonical(c: _PgColumn) -> sql.Composable:
-    """The cell text of the parity checksums, computed by PostgreSQL (see the module docstring)."""
-    from psycopg import sql
-
-    e = sql.Identifier(c.column.name)
-    kind = c.column.kind
-    if kind == "integer":
-        text = sql.SQL("{e}::text")
-    elif kind == "decimal":
-        text = sql.SQL("trim_scale({e})::text")
-    elif kind == "float":
-        text = sql.SQL(
-            "CASE WHEN {e} = 'NaN' THEN 'NaN' WHEN {e} = 'Infinity' THEN 'Infinity' "
-            "WHEN {e} = '-Infinity' THEN '-Infinity' ELSE ltrim(to_char({e}::float8, '9.9999999999999999EEEE')) END"
-        )
-    elif kind == "boolean":
-        text = sql.SQL("CASE WHEN {e} THEN 'true' ELSE 'false' END")
-    elif kind == "date":
-        text = sql.SQL("({e} - DATE '1970-01-01')::text")
-    elif kind == "timestamp":
-        return sql.SQL("CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {t}::text END").format(e=e, t=_pg_epoch_us(e))
-    elif c.base == "bpchar":
-        text = sql.SQL("concat({e})")  # keeps the padding COPY writes; ::text would trim it
-    else:
-        text = sql.SQL("{e}::text")
-    return sql.SQL("CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {t} END").format(e=e, t=text.format(e=e))
-
-
 def _copy_to_arrow(
     conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], tmp: Path
 ) -> pa.Table:
@@ -655,10 +636,51 @@ def _copy_to_arrow(
     return pa.Table.from_arrays(arrays, names=[c.column.name for c in columns])
 
 
+def _pg_text(c: _PgColumn) -> sql.Composable:
+    """A non-NULL value's text in the parity checksums, computed by PostgreSQL (see the module docstring)."""
+    from psycopg import sql
+
+    e = sql.Identifier(c.column.name)
+    kind = c.column.kind
+    if kind == "decimal" and c.unconstrained:  # with the scale of its decimal type, as the Delta side prints it
+        return sql.SQL("{e}::numeric({p},{s})::text").format(e=e, p=sql.Literal(c.precision), s=sql.Literal(c.scale))
+    if kind == "float":
+        return sql.SQL("CASE WHEN {e} = 'NaN' THEN 'NaN' ELSE encode(float8send({e}::float8), 'hex') END").format(e=e)
+    if kind == "date":
+        return sql.SQL("({e} - DATE '1970-01-01')::text").format(e=e)
+    if kind == "timestamp":
+        return sql.SQL("{t}::text").format(t=_pg_epoch_us(e))
+    if c.base == "bpchar":
+        return sql.SQL("concat({e})").format(e=e)  # keeps the padding COPY writes; ::text would trim it
+    # Integers, a constrained numeric (always printed with its scale), true/false, text.
+    return sql.SQL("{e}::text").format(e=e)
+
+
+def _pg_image(c: _PgColumn) -> sql.Composable | None:
+    """The integer a value adds to its column checksum (see the module docstring); None: an md5 digest."""
+    from psycopg import sql
+
+    e = sql.Identifier(c.column.name)
+    kind = c.column.kind
+    if kind == "integer" or (kind == "decimal" and _summed_decimal(c.column)):
+        return e
+    if kind == "boolean":
+        return sql.SQL("{e}::int").format(e=e)
+    if kind == "date":
+        return sql.SQL("({e} - DATE '1970-01-01')").format(e=e)
+    if kind == "timestamp":
+        return _pg_epoch_us(e)
+    if kind == "float":
+        return sql.SQL(
+            "CASE WHEN {e} = 'NaN' THEN {nan} ELSE ('x' || encode(float8send({e}::float8), 'hex'))::bit(64)::bigint END"
+        ).format(e=e, nan=sql.Literal(_NAN_BITS))
+    return None
+
+
 def _pg_checksums(
     conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], *, per_column: bool = False
 ) -> _Checksums:
-    """The row count and table hash; with ``per_column``, the column checksums too (ten times the md5 calls)."""
+    """The row count and table hash; with ``per_column``, the column checksums too."""
     from psycopg import sql
 
     utf8 = conn.info.parameter_status("server_encoding") in ("UTF8", "SQL_ASCII")
@@ -666,27 +688,35 @@ def _pg_checksums(
     as_utf8 = sql.SQL("{x}" if utf8 else "convert_to({x}, 'UTF8')")
 
     def digest(x: sql.Composable) -> sql.Composable:
-        return sql.SQL("('x' || substr(md5({x}), 1, 15))::bit(60)::bigint").format(x=as_utf8.format(x=x))
+        return sql.SQL("coalesce(sum(('x' || substr(md5({x}), 1, 15))::bit(60)::bigint), 0)").format(
+            x=as_utf8.format(x=x)
+        )
 
-    names = [sql.Identifier(f"t{i}") for i in range(len(columns))]
-    row_text = sql.SQL(" || ").join(
-        sql.SQL("octet_length({b})::text || ':' || {t}").format(b=as_utf8.format(x=t), t=t) for t in names
-    )
-    sums = [digest(t) for t in names] if per_column else []
-    sums.append(digest(row_text))
+    cells: list[sql.Composable] = []
+    row_text: list[sql.Composable] = []
+    sums: list[sql.Composable] = [sql.SQL("count(*)")]
+    for i, c in enumerate(columns):
+        e, t = sql.Identifier(c.column.name), sql.Identifier(f"t{i}")
+        cell = sql.SQL("CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {x} END AS {t}")
+        cells.append(cell.format(e=e, x=_pg_text(c), t=t))
+        if c.column.kind == "text":
+            row_text.append(sql.SQL("octet_length({b})").format(b=as_utf8.format(x=t)))
+        row_text.append(t)
+        image = _pg_image(c) if per_column else None
+        if image is not None:
+            v = sql.Identifier(f"v{i}")
+            cells.append(sql.SQL("{x} AS {v}").format(x=image, v=v))
+            sums.append(sql.SQL("sum({v}), count({v})").format(v=v))
+        elif per_column:
+            sums.append(digest(t))
+    sums.insert(1, digest(sql.SQL("concat_ws('|', {})").format(sql.SQL(", ").join(row_text))))
     # OFFSET 0 keeps the subquery from being flattened, so each cell text is made once.
-    query = sql.SQL("SELECT count(*), {sums} FROM (SELECT {cells} FROM {relation} OFFSET 0) AS t").format(
-        sums=sql.SQL(", ").join(sql.SQL("coalesce(sum({d}), 0)::text").format(d=d) for d in sums),
-        cells=sql.SQL(", ").join(
-            sql.SQL("{x} AS {t}").format(x=_pg_canonical(col), t=t) for col, t in zip(columns, names, strict=True)
-        ),
-        relation=relation,
+    query = sql.SQL("SELECT {sums} FROM (SELECT {cells} FROM {relation} OFFSET 0) AS t").format(
+        sums=sql.SQL(", ").join(sums), cells=sql.SQL(", ").join(cells), relation=relation
     )
     row = conn.execute(query).fetchone()
     assert row is not None
-    return _Checksums(
-        rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]) if per_column else None, table_hash=str(row[-1])
-    )
+    return _checksums(tuple(row), [c.column for c in columns] if per_column else None)
 
 
 # ---------------------------------------------------------------- Parquet
@@ -944,37 +974,31 @@ def _finish(
         arrow = normalise_types(arrow)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InvalidInput(f"the data cannot be stored in Delta: {_first_line(exc)}", field="file") from exc
-    with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
-        path = Path(tmp) / file_name
-        pq.write_table(arrow, path)
-        limit_mb = get_settings().max_upload_mb
-        size_mb = path.stat().st_size / 2**20
-        if size_mb > limit_mb:
-            raise InvalidInput(
-                f"the data is {size_mb:.1f} MB as Parquet, over the {limit_mb} MB dataset limit",
-                field="file",
-                hint=f"raise OREO_MAX_UPLOAD_MB for this run, e.g. OREO_MAX_UPLOAD_MB={int(size_mb * 1.2) + 1}",
+    if dry_run:
+        report(0.5, "dry run: preparing the rows as they would be written")
+        prepared = datasets.with_row_ids(arrow, key)
+        sink = pa.BufferOutputStream()
+        pq.write_table(prepared, sink)
+        datasets.check_dataset_size(sink.tell())
+        report(0.8, "computing the checksums of the rows as they would be written")
+        delta = _arrow_checksums(prepared, columns)
+        sums = _compared(source(), delta, source_columns, report)
+        report(1.0, "dry run done; nothing was created")
+        return _report(sums, delta, columns, None)
+    report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
+    # DuckDB hashes the rows while Spark writes them (another process): the two work at once.
+    cur = reads.cursor().cursor()
+    try:
+        with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
+            info = datasets.create_dataset_from_table(
+                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name
             )
-        if dry_run:
-            report(0.5, "dry run: preparing the rows as they would be written")
-            prepared = datasets.with_row_ids(arrow, key)
-            report(0.8, "computing the checksums of the rows as they would be written")
-            delta = _arrow_checksums(prepared, columns)
-            sums = _compared(source(), delta, source_columns, report)
-            report(1.0, "dry run done; nothing was created")
-            return _report(sums, delta, columns, None)
-        report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
-        # DuckDB hashes the rows while Spark writes them (another process): the two work at once.
-        cur = reads.cursor().cursor()
-        try:
-            with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
-                info = datasets.create_dataset(catalog, project_id, dataset_id, path, key=key, actor=actor)
-                try:
-                    written: tuple[_Checksums, tuple[Any, ...]] | None = handed()
-                except OreoError:
-                    written = None  # the stored table is hashed instead
-        finally:
-            cur.close()
+            try:
+                written: tuple[_Checksums, tuple[Any, ...]] | None = handed()
+            except OreoError:
+                written = None  # the stored table is hashed instead
+    finally:
+        cur.close()
     assert info.version is not None
     report(0.85, "checking the Delta table against the rows written")
     stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
@@ -1041,14 +1065,14 @@ def _fingerprint(
 ) -> tuple[Any, ...]:
     """The row count and sums of DuckDB's value hashes per column and per row: the same for the same rows.
 
-    A tenth of the md5 pass's cost; equal fingerprints of the stored table and the rows
-    handed to the writer make their checksums equal. Floats are hashed by their cell
-    text, as ``hash()`` takes -0.0 for 0.0.
+    A fraction of the md5 pass's cost; equal fingerprints of the stored table and the rows
+    handed to the writer make their checksums equal. Floats are hashed by their bits, as
+    ``hash()`` takes -0.0 for 0.0.
     """
     cur = cur or reads.cursor()
     try:
         typed = _typed_columns(cur, relation, params, columns)
-        values = [_duck_canonical(c, e) if c.kind == "float" else e for c, e in zip(columns, typed, strict=True)]
+        values = [(_duck_image(c, e) or e) if c.kind == "float" else e for c, e in zip(columns, typed, strict=True)]
         sums = [*(f"sum(hash({v}))" for v in values), f"sum(hash({', '.join(values)}))"]
         row = cur.execute(f"SELECT count(*), {', '.join(sums)} FROM {relation}", params).fetchone()
     except duckdb.Error as exc:
@@ -1072,37 +1096,90 @@ def _typed_columns(
     return typed
 
 
-def _duck_canonical(column: _Column, e: str) -> str:
-    """The cell text of the parity checksums, computed by DuckDB (see the module docstring).
+# ---------------------------------------------------------------- the checksums
+
+# A typed value adds this plus its integer image to its column checksum, so every value is
+# positive and differs from NULL, which adds the digest of the cell text 'NULL'.
+_IMAGE_OFFSET = 1 << 64
+_NULL_DIGEST = int(hashlib.md5(b"NULL").hexdigest()[:15], 16)
+_NAN_BITS = 0x7FF8000000000000  # every NaN counts as the canonical quiet NaN
+_MAX_SUMMED_DECIMAL = 18  # wider decimals could overflow DuckDB's exact sum; their cell texts are hashed
+
+
+def _summed_decimal(column: _Column) -> bool:
+    found = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", column.duck_type)
+    return found is not None and int(found.group(1)) <= _MAX_SUMMED_DECIMAL
+
+
+def _is_summed(column: _Column) -> bool:
+    """Whether the column checksum sums integer images of the values (else md5 digests of cell texts)."""
+    if column.kind == "decimal":
+        return _summed_decimal(column)
+    return column.kind in ("integer", "boolean", "date", "timestamp", "float")
+
+
+def _image_sum(column: _Column, total: Any) -> int:
+    """An engine's sum of a column's images as an integer; a decimal's are its unscaled values."""
+    if total is None:
+        return 0
+    if column.kind != "decimal":
+        return int(total)
+    found = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", column.duck_type)
+    assert found is not None
+    with localcontext() as ctx:
+        ctx.prec = 200  # exact for any sum of at most 18-digit values
+        return int(Decimal(total).scaleb(int(found.group(2))))
+
+
+def _checksums(row: tuple[Any, ...], columns: Sequence[_Column] | None) -> _Checksums:
+    """Checksums from a query's row: count, table hash, then per column a digest sum, or an image sum and count."""
+    rows, table_hash = int(row[0]), str(int(row[1]))
+    if columns is None:
+        return _Checksums(rows=rows, columns=None, table_hash=table_hash)
+    values = iter(row[2:])
+    found = []
+    for c in columns:
+        if _is_summed(c):
+            total, count = next(values), int(next(values))
+            found.append(str(_image_sum(c, total) + _IMAGE_OFFSET * count + _NULL_DIGEST * (rows - count)))
+        else:
+            found.append(str(int(next(values))))
+    return _Checksums(rows=rows, columns=tuple(found), table_hash=table_hash)
+
+
+def _duck_text(column: _Column, e: str) -> str:
+    """A non-NULL value's text in the parity checksums, computed by DuckDB (see the module docstring).
 
     ``e`` is of the column's ``duck_type``.
     """
     kind = column.kind
-    if kind == "decimal":
-        digits = f"CAST({e} AS VARCHAR)"
-        scale = re.fullmatch(r"DECIMAL\(\d+,(\d+)\)", column.duck_type)
-        if scale is not None and scale.group(1) == "0":
-            text = digits
-        elif scale is not None:  # always printed with a point and that many fraction digits
-            text = f"rtrim(rtrim({digits}, '0'), '.')"
-        else:
-            text = f"CASE WHEN contains({digits}, '.') THEN rtrim(rtrim({digits}, '0'), '.') ELSE {digits} END"
-    elif kind == "float":
-        text = (
-            f"CASE WHEN isnan({e}) THEN 'NaN' WHEN isinf({e}) AND {e} > 0 THEN 'Infinity' "
-            f"WHEN isinf({e}) THEN '-Infinity' ELSE printf('%.16e', CAST({e} AS DOUBLE)) END"
-        )
-    elif kind == "boolean":
-        text = f"CASE WHEN {e} THEN 'true' ELSE 'false' END"
-    elif kind == "date":
-        text = f"CAST(date_diff('day', DATE '1970-01-01', {e}) AS VARCHAR)"
-    elif kind == "timestamp":
-        text = f"CAST(epoch_us({e}) AS VARCHAR)"
-    elif kind == "binary":
-        text = f"hex({e})"
-    else:
-        text = f"CAST({e} AS VARCHAR)"
-    return f"CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {text} END"
+    if kind == "float":
+        bits = f"CAST(CAST(CAST({e} AS DOUBLE) AS BIT) AS BIGINT)"
+        return f"CASE WHEN isnan({e}) THEN 'NaN' ELSE lower(lpad(hex({bits}), 16, '0')) END"
+    if kind == "date":
+        return f"CAST(date_diff('day', DATE '1970-01-01', {e}) AS VARCHAR)"
+    if kind == "timestamp":
+        return f"CAST(epoch_us({e}) AS VARCHAR)"
+    if kind == "binary":
+        return f"hex({e})"
+    # Integers, decimals (always printed with their scale), true/false, text.
+    return f"CAST({e} AS VARCHAR)"
+
+
+def _duck_image(column: _Column, e: str) -> str | None:
+    """The integer a value adds to its column checksum, computed by DuckDB; None: an md5 digest."""
+    kind = column.kind
+    if kind == "integer" or (kind == "decimal" and _summed_decimal(column)):
+        return e
+    if kind == "boolean":
+        return f"CAST({e} AS INTEGER)"
+    if kind == "date":
+        return f"date_diff('day', DATE '1970-01-01', {e})"
+    if kind == "timestamp":
+        return f"epoch_us({e})"
+    if kind == "float":
+        return f"CASE WHEN isnan({e}) THEN {_NAN_BITS} ELSE CAST(CAST(CAST({e} AS DOUBLE) AS BIT) AS BIGINT) END"
+    return None
 
 
 def _duck_checksums(
@@ -1118,18 +1195,26 @@ def _duck_checksums(
     Without ``per_column``, only the row count and the table hash.
     """
     cur = cur or reads.cursor()
+
+    def digest(x: str) -> str:
+        return f"coalesce(sum(CAST('0x' || substr(md5({x}), 1, 15) AS BIGINT)), 0)"
+
     try:
         typed = _typed_columns(cur, relation, params, columns)
-        cells = [f"{_duck_canonical(c, e)} AS t{i}" for i, (c, e) in enumerate(zip(columns, typed, strict=True))]
-        names = [f"t{i}" for i in range(len(columns))]
-        row_text = " || ".join(f"CAST(strlen({t}) AS VARCHAR) || ':' || {t}" for t in names)
-        digests = [*(names if per_column else []), f"({row_text})"]
-        sums = [f"CAST(coalesce(sum(CAST('0x' || substr(md5({d}), 1, 15) AS BIGINT)), 0) AS VARCHAR)" for d in digests]
-        sql = f"SELECT count(*), {', '.join(sums)} FROM (SELECT {', '.join(cells)} FROM {relation})"
-        row = cur.execute(sql, params).fetchone()
+        cells, row_text, sums = [], [], ["count(*)"]
+        for i, (c, e) in enumerate(zip(columns, typed, strict=True)):
+            cells.append(f"CASE WHEN {e} IS NULL THEN 'NULL' ELSE '=' || {_duck_text(c, e)} END AS t{i}")
+            row_text += [f"strlen(t{i})", f"t{i}"] if c.kind == "text" else [f"t{i}"]
+            image = _duck_image(c, e) if per_column else None
+            if image is not None:
+                cells.append(f"{image} AS v{i}")
+                sums.append(f"sum(v{i}), count(v{i})")
+            elif per_column:
+                sums.append(digest(f"t{i}"))
+        sums.insert(1, digest(f"concat_ws('|', {', '.join(row_text)})"))
+        query = f"SELECT {', '.join(sums)} FROM (SELECT {', '.join(cells)} FROM {relation})"
+        row = cur.execute(query, params).fetchone()
     except duckdb.Error as exc:
         raise EngineError(f"DuckDB could not compute the parity checksums: {_first_line(exc)}") from exc
     assert row is not None
-    return _Checksums(
-        rows=int(row[0]), columns=tuple(str(v) for v in row[1:-1]) if per_column else None, table_hash=str(row[-1])
-    )
+    return _checksums(tuple(row), columns if per_column else None)

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from core import rules
 from core.catalog import utcnow
 from core.errors import EngineError, InvalidInput, NotFound
 from core.layout import DatasetLayout, new_id
@@ -55,6 +57,23 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Check:
+    """One expectation a run evaluated: its verdict, and a sample of the values that failed it."""
+
+    expectation: str
+    severity: Severity
+    column: str | None
+    success: bool
+    description: str
+    unexpected_count: int | None = None
+    unexpected_sample: list[Any] = field(default_factory=list)
+
+
+# Failing values kept per check, for the approver to see what failed.
+SAMPLE_VALUES = 5
+
+
+@dataclass(frozen=True)
 class ValidationRun:
     run_id: str
     status: Status
@@ -64,6 +83,7 @@ class ValidationRun:
     # whose fingerprint is ``suite_digest``. The same basis gives the same verdict.
     version: int | None = None
     suite_digest: str | None = None
+    checks: list[Check] = field(default_factory=list)  # every expectation evaluated (none in runs before them)
 
     @property
     def blocking(self) -> bool:
@@ -77,6 +97,7 @@ class ValidationRun:
             "failures": [asdict(f) for f in self.failures],
             "version": self.version,
             "suite_digest": self.suite_digest,
+            "checks": [asdict(c) for c in self.checks],
         }
 
 
@@ -154,9 +175,12 @@ def load_suite(layout: DatasetLayout) -> dict[str, Any]:
     return dict(json.loads(suite_path(layout).read_text()))
 
 
-def write_default_suite(layout: DatasetLayout, name: str, columns: list[tuple[str, str]]) -> dict[str, Any]:
-    """Store the default suite (known valid, so GX need not be imported to check it)."""
-    suite = default_suite(name, columns)
+def write_default_suite(
+    layout: DatasetLayout, name: str, columns: list[tuple[str, str]], *, inferred: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Store the default suite, plus ``inferred`` rules (``core.rules``); both known valid,
+    so GX need not be imported to check them."""
+    suite = rules.with_inferred(default_suite(name, columns), inferred or [])
     path = suite_path(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(suite, indent=2))
@@ -187,6 +211,7 @@ def load_run(layout: DatasetLayout, run_id: str) -> ValidationRun:
         evaluated=int(data.get("evaluated", 0)),
         version=data.get("version"),
         suite_digest=data.get("suite_digest"),
+        checks=[Check(**c) for c in data.get("checks", [])],
     )
 
 
@@ -196,7 +221,7 @@ _UNIQUENESS = {"expect_column_values_to_be_unique": "column", "expect_compound_c
 
 def _unique_column_sets(suite: dict[str, Any]) -> list[list[str]]:
     sets: list[list[str]] = []
-    for item in suite.get("expectations", []):
+    for item in rules.active_suite(suite).get("expectations", []):
         kind = item.get("type") or item.get("expectation_type")
         arg = _UNIQUENESS.get(kind or "")
         if arg is None:
@@ -388,6 +413,7 @@ def validate_frame(
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.validator.v1_validator import Validator
 
+    suite = rules.active_suite(suite)
     run_id = new_id("run")
     digest = suite_digest(suite)
     judge = _judge_for(layout, suite, digest)
@@ -397,17 +423,32 @@ def validate_frame(
     result.meta["run_id"] = RunIdentifier(run_name=run_id, run_time=utcnow())
 
     failures: list[Failure] = []
+    checks: list[Check] = []
     for r in result.results:
         config = r.expectation_config
-        if r.success or config is None:
+        if config is None:
             continue
         severity = str(getattr(config.severity, "value", config.severity) or "critical")
+        details = r.result or {}
+        checks.append(
+            Check(
+                expectation=config.type,
+                severity=severity,  # type: ignore[arg-type]
+                column=config.kwargs.get("column"),
+                success=bool(r.success),
+                description=rules.describe({"type": config.type, "kwargs": dict(config.kwargs)}),
+                unexpected_count=details.get("unexpected_count"),
+                unexpected_sample=_sample(details.get("partial_unexpected_list") or []),
+            )
+        )
+        if r.success:
+            continue
         failures.append(
             Failure(
                 expectation=config.type,
                 severity=severity,  # type: ignore[arg-type]
                 column=config.kwargs.get("column"),
-                unexpected_count=(r.result or {}).get("unexpected_count"),
+                unexpected_count=details.get("unexpected_count"),
             )
         )
     severities = {f.severity for f in failures}
@@ -419,6 +460,7 @@ def validate_frame(
         evaluated=len(result.results),
         version=version,
         suite_digest=digest,
+        checks=checks,
     )
 
     folder = layout.validation_run(run_id)
@@ -428,3 +470,17 @@ def validate_frame(
     )
     (folder / "full.json").write_text(json.dumps(result.to_json_dict(), indent=2, default=str))
     return run
+
+
+def _sample(values: list[Any]) -> list[Any]:
+    """Up to ``SAMPLE_VALUES`` distinct failing values, as JSON keeps them (NaN and dates as text)."""
+    kept: list[Any] = []
+    for value in values:
+        non_finite = isinstance(value, float) and not math.isfinite(value)
+        if non_finite or (value is not None and not isinstance(value, (str, int, float, bool))):
+            value = str(value)
+        if value not in kept:
+            kept.append(value)
+        if len(kept) == SAMPLE_VALUES:
+            break
+    return kept

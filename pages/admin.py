@@ -1,9 +1,10 @@
-"""Table maintenance for project admins: stats, OPTIMIZE (with ZORDER), VACUUM, checkpoints, and cleanup."""
+"""Table maintenance for project admins: stats, OPTIMIZE (with ZORDER), VACUUM, checkpoints, cleanup, notifications."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from app.components import (
@@ -16,7 +17,8 @@ from app.components import (
     split_dataset,
     wait_for_engine,
 )
-from core import auth, datasets, maintenance
+from core import auth, datasets, maintenance, notify
+from core.config import get_settings
 from core.errors import OreoError
 
 REPORT_KEY = "admin_report"
@@ -155,3 +157,71 @@ with oreo_errors():
             if not found:
                 st.markdown("Nothing to remove." if was_dry else "Nothing was removed.")
             st.json(result, expanded=False)
+
+with oreo_errors():
+    st.subheader("Notifications", anchor=False)
+    settings = get_settings()
+    st.caption(
+        f"Email goes out through `{settings.smtp_host}` ({settings.smtp_tls}); webhooks get every review event."
+        if settings.smtp_host
+        else "Email is off: no SMTP server is set (`OREO_SMTP_HOST`). Webhooks get every review event."
+    )
+    hooks = [hook for project in admin_projects for hook in notify.list_webhooks(catalog(), project, actor=user)]
+    dead = notify.dead_deliveries(catalog(), admin_projects)
+    failing = [hook for hook in hooks if hook.failing]
+    with st.container(key="admin_notifications"):
+        if failing:
+            st.error(
+                f"{len(failing)} webhook(s) failing: a delivery ran out of attempts. Fix the endpoint; "
+                "the next delivery that gets through clears the mark.",
+                icon=":material/error:",
+            )
+        elif not dead:
+            st.success("Every webhook is delivering; no notification died.", icon=":material/check_circle:")
+        if hooks:
+            st.markdown("**Webhooks**")
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "project": hook.project_id,
+                            "webhook": hook.id,
+                            "url": hook.url,
+                            "state": "failing" if hook.failing else "ok",
+                            "waiting": hook.pending,
+                            "dead": hook.dead,
+                            "last error": hook.last_error or "",
+                            "last error at": hook.last_error_at,
+                            "last success at": hook.last_success_at,
+                        }
+                        for hook in hooks
+                    ]
+                ),
+                hide_index=True,
+                width="stretch",
+                key="admin_webhooks",
+            )
+        else:
+            st.caption("No webhooks. Add one with `oreo webhook add PROJECT URL --secret-stdin`.")
+        if dead:
+            st.markdown(f"**Dead deliveries** ({len(dead)}, newest first)")
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "queued": d.created_at,
+                            "project": d.project_id,
+                            "event": d.event,
+                            "request": d.cr_id or "",
+                            "to": d.target,
+                            "channel": d.channel,
+                            "attempts": d.attempts,
+                            "last error": d.last_error or "",
+                        }
+                        for d in dead
+                    ]
+                ),
+                hide_index=True,
+                width="stretch",
+                key="admin_dead_deliveries",
+            )

@@ -8,7 +8,7 @@ import math
 
 import streamlit as st
 
-from app.change_views import DIFF_PAGE, changes_table, diff_table, schema_change_line
+from app.change_views import schema_change_line
 from app.components import (
     DATASET_KEY,
     catalog,
@@ -23,10 +23,10 @@ from app.components import (
     split_dataset,
     wait_for_engine,
 )
+from app.diff_views import change_request_rows, version_rows
 from app.history_views import (
     activity_chart,
     export_bytes,
-    reversed_diff,
     timeline_frame,
     timeline_styled,
     version_label,
@@ -65,16 +65,6 @@ def all_versions() -> list[Version]:
     return history.table_history(catalog(), project_id, dataset_id, actor=user).versions
 
 
-def restore_summary(current: int, target: int) -> history.VersionDiff:
-    """What a restore to ``target`` changes, read once per pair: the diff from ``target`` to now, reversed."""
-    cache = st.session_state.setdefault("history_restore_diffs", {})
-    if (choice, current, target) not in cache:
-        forward = history.diff_versions(catalog(), project_id, dataset_id, target, current, actor=user, limit=DIFF_PAGE)
-        cache[(choice, current, target)] = reversed_diff(forward)
-    diff: history.VersionDiff = cache[(choice, current, target)]
-    return diff
-
-
 def page_number(key: str, signature: object) -> int:
     """The page a paged view is on; a new query (another ``signature``) starts at page 1."""
     if st.session_state.get(f"{key}_for") != signature:
@@ -96,17 +86,19 @@ def restore_dialog(version: Version, current: int) -> None:
         "the history until now stays and can itself be restored."
     )
     with oreo_errors():
-        summary = restore_summary(current, version.version)
-        st.markdown(
+        sentence = st.empty()
+        with st.container(key="restore_changes"):
+            # The diff from now to the restored version: exactly what the restore changes, row by row.
+            preview = version_rows(
+                catalog(), project_id, dataset_id, current, version.version, user, key="restore_diff",
+                types=column_types(), file_stem=f"{project_id}-{dataset_id}-restore-v{current}-to-v{version.version}",
+                key_column=info.key_column,
+            )  # fmt: skip
+        s = preview.summary
+        sentence.markdown(
             f"Compared with the current version {current}, this will make "
-            f"**{summary.rows_inserted:,}** row(s) inserted, **{summary.rows_updated:,}** updated and "
-            f"**{summary.rows_deleted:,}** deleted."
+            f"**{s.inserted:,}** row(s) inserted, **{s.updated:,}** updated and **{s.deleted:,}** deleted."
         )
-        with st.expander(f"Changes ({summary.total:,})", key="restore_changes"):
-            shown = len(summary.changes)  # the first page; the Compare view pages through them all
-            changes_table(summary.changes, shown, page_no=1, key="restore_diff", types=column_types())
-            if summary.total > shown:
-                st.caption(f"… and {summary.total - shown:,} more; the Compare view pages through them all.")
     reason = st.text_input("Reason (required, kept in the audit log)", key="restore_reason", max_chars=500)
     left, right = st.columns(2)
     if right.button("Cancel", key="restore_cancel", width="stretch"):
@@ -139,7 +131,6 @@ def restore_dialog(version: Version, current: int) -> None:
             flash(f"Restored `{choice}` to version {restored.restored_to} as version {restored.version}.")
             close_dialog("restore")
             st.session_state.pop("restore_reason", None)
-            st.session_state.pop("history_restore_diffs", None)
             st.rerun()
 
 
@@ -196,7 +187,9 @@ def change_request_panel(version: Version) -> None:
             st.markdown("Schema changes:\n" + "\n".join(f"- {schema_change_line(c)}" for c in record.schema_changes))
         for comment in change_requests.comments(catalog(), record.id, actor=user):
             st.caption(f"{comment.author} · {comment.ts:%Y-%m-%d %H:%M}: {comment.body}")
-        diff_table(record.id, user, key="history_cr_diff", types=column_types())
+        change_request_rows(
+            record.id, user, catalog(), key="history_cr_diff", types=column_types(), key_column=info.key_column
+        )
 
 
 def readable(version: Version) -> bool:
@@ -308,18 +301,12 @@ def compare_view(versions: list[Version]) -> None:
     if old >= new:
         st.info("Pick a **From** version older than the **To** version to see what changed between them.")
         return
-    page_no = page_number("history_diff_page", (choice, old, new))
-    diff = history.diff_versions(
-        catalog(), project_id, dataset_id, old, new, actor=user, limit=DIFF_PAGE, offset=(page_no - 1) * DIFF_PAGE
-    )
-    m1, m2, m3 = st.columns(3)
-    m1.metric("Rows inserted", f"{diff.rows_inserted:,}", border=True)
-    m2.metric("Rows updated", f"{diff.rows_updated:,}", border=True)
-    m3.metric("Rows deleted", f"{diff.rows_deleted:,}", border=True)
-    source = "the change data feed" if diff.source == "cdf" else "the two snapshots"
-    st.caption(f"From version {old} to version {new}, read from {source}.")
+    st.caption(f"From version {old} to version {new}, row by row.")
     with st.container(key="history_changes"):
-        changes_table(diff.changes, diff.total, page_no=page_no, key="history_diff", types=column_types())
+        version_rows(
+            catalog(), project_id, dataset_id, old, new, user, key="history_diff", types=column_types(),
+            key_column=info.key_column,
+        )  # fmt: skip
 
 
 with oreo_errors():

@@ -7,7 +7,7 @@ import streamlit as st
 
 from app import background
 from app.approval_views import approval_note, approval_outcome, follow_approval, stage_timings
-from app.change_views import diff_table, findings, schema_change_line, schema_changes
+from app.change_views import findings, schema_change_line, schema_changes
 from app.components import (
     catalog,
     close_dialog,
@@ -20,6 +20,7 @@ from app.components import (
     status_badge,
     wait_for_engine,
 )
+from app.diff_views import change_request_rows
 from core import auth, change_requests, datasets, merge
 from core.change_requests import ChangeRequest, CRState
 
@@ -208,7 +209,10 @@ with oreo_errors():
 
     with st.container(key="review_changes"):
         st.subheader("Changes", anchor=False)
-        diff_table(cr.id, user, key="review_diff", types={c.name: c.type for c in datasets.dataset_columns(info)})
+        change_request_rows(
+            cr.id, user, catalog(), key="review_diff", key_column=info.key_column,
+            types={c.name: c.type for c in datasets.dataset_columns(info)},
+        )  # fmt: skip
 
     with st.container(key="review_checks"):
         st.subheader("Data checks", anchor=False)

@@ -25,6 +25,7 @@ from core.errors import EngineError
 TABLES = {
     "projects", "users", "memberships", "datasets", "audit_events", "change_requests", "cr_comments",
     "web_sessions", "sign_in_failures",
+    "webhooks", "notify_outbox", "notify_inbox",
 }  # fmt: skip
 
 

@@ -57,6 +57,24 @@ def test_commit_metadata_lands_in_history(spark, tmp_path: Path) -> None:  # typ
     assert spark.conf.get(engine.USER_METADATA_CONF, None) in (None, "")
 
 
+def test_dml_sessions_are_kept_and_carry_nothing_into_the_next_write(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t"
+    spark.range(3).write.format("delta").save(str(path))
+    first = engine.new_commit("alice", "first")
+    with engine.dml_session(first, txn=("oreo-test", 1), confs={"spark.sql.shuffle.partitions": "1"}) as child:
+        assert child is not spark and child.conf.get("spark.sql.shuffle.partitions") == "1"
+        child.sql(f"UPDATE {engine.delta_ref(path)} SET id = id + 10 WHERE id = 0").collect()
+    second = engine.new_commit("bob", "second")
+    with engine.dml_session(second) as again:
+        assert again is child  # the idle child is used again, not a new session
+        # Nothing of the first block is left: no txn id (the write would be skipped), no conf.
+        assert again.conf.get(engine.TXN_APP_ID_CONF, None) in (None, "")
+        assert again.conf.get("spark.sql.shuffle.partitions") == spark.conf.get("spark.sql.shuffle.partitions")
+        again.sql(f"UPDATE {engine.delta_ref(path)} SET id = id + 10 WHERE id = 1").collect()
+    records = engine.history(path)
+    assert [(r.version, r.user_metadata.get("actor")) for r in records[:2]] == [(2, "bob"), (1, "alice")]
+    assert sorted(r.id for r in spark.read.format("delta").load(str(path)).collect()) == [2, 10, 11]
+
 def test_delta_ref_escapes_backticks() -> None:
     assert engine.delta_ref("/a/b`c") == "delta.`/a/b``c`"
 

@@ -70,7 +70,13 @@ def test_approve_merges_updates_inserts_and_deletes_in_one_commit(catalog: Catal
         catalog,
         [SetCell("2", "age", "99"), SetCell("2", "name", "Two"), DeleteRow("3"), AddRow({"id": 50, "name": "new"})],
     )
-    assert cr.validation_status == "passed"
+    # The added row leaves age empty, which the rules inferred at creation flag.
+    assert cr.validation_status == "warning"
+    run = crs.validation_for(catalog, cr.id, actor=get_user(catalog, "al"))
+    assert run is not None
+    assert {(f.column, f.expectation, f.severity) for f in run.failures} == {
+        ("age", "expect_column_values_to_not_be_null", "warning"),
+    }
     layout = layout_for("demo", "people")
     steps: list[tuple[float, str]] = []
     merged = merge.approve_change_request(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -17,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
@@ -348,7 +350,18 @@ def _set_value(table: pa.Table, column: str, row: int, value: Any) -> pa.Table:
 
 @pytest.mark.parametrize(
     ("column", "value"),
-    [("name", "altered"), ("name", None), ("score", -0.0), ("at", datetime(2030, 1, 1, tzinfo=UTC)), ("ratio", None)],
+    [
+        ("name", "altered"),
+        ("name", None),
+        ("score", -0.0),
+        ("at", datetime(2030, 1, 1, tzinfo=UTC)),
+        ("ratio", None),
+        ("big", 0),
+        ("amount", Decimal("0.001")),
+        ("active", True),
+        ("born", date(1970, 1, 1)),
+        ("measure", math.nan),
+    ],
 )
 def test_an_altered_cell_changes_its_column_checksum_and_the_table_hash(
     project: Catalog, dsn: str, types_table: str, monkeypatch: pytest.MonkeyPatch, column: str, value: Any
@@ -360,6 +373,60 @@ def test_an_altered_cell_changes_its_column_checksum_and_the_table_hash(
     assert report.mismatched_columns == [column]
     assert doc["source_rows"] == doc["delta_rows"] == ROWS
     assert doc["table_hash_source"] != doc["table_hash_delta"]
+
+
+def _digest(text: str) -> int:
+    return int(hashlib.md5(text.encode()).hexdigest()[:15], 16)
+
+
+def test_the_checksums_are_the_documented_sums(project: Catalog, dsn: str) -> None:
+    """Both engines compute the sums the module docstring defines, here worked out by hand."""
+    table = make_table(
+        dsn,
+        "id int, n bigint, d numeric(6,2), f double precision, b boolean, day date, t text",
+        [(1, -3, Decimal("1.50"), 1.5, True, date(1970, 1, 3), "a|b"), (2, None, None, -0.0, False, None, None)],
+    )
+    offset, null = 2**64, _digest("NULL")
+
+    def bits(x: float) -> int:
+        return int(struct.unpack(">q", struct.pack(">d", x))[0])
+
+    want_columns = [
+        str(1 + 2 + 2 * offset),
+        str(-3 + offset + null),
+        str(150 + offset + null),
+        str(bits(1.5) + bits(-0.0) + 2 * offset),
+        str(1 + 0 + 2 * offset),
+        str(2 + offset + null),
+        str(_digest("=a|b") + null),
+    ]
+    rows = ["=1|=-3|=1.50|=3ff8000000000000|=true|=2|4|=a|b", "=2|NULL|NULL|=8000000000000000|=false|NULL|4|NULL"]
+    want_hash = str(sum(_digest(r) for r in rows))
+
+    report = migrate.migrate_postgres(project, PROJECT, "sums", dsn=dsn, table=table, dry_run=True)
+    assert report.match, report.to_json()
+    assert [c.delta_checksum for c in report.columns] == want_columns
+    assert report.table_hash_delta == report.table_hash_source == want_hash
+    with migrate._connect(dsn) as conn:
+        relation, label = migrate._resolve_table(conn, table)
+        columns = migrate._profile(conn, relation, migrate._pg_columns(conn, relation, label), label)
+        postgres = migrate._pg_checksums(conn, relation, columns, per_column=True)
+    assert postgres.columns == tuple(want_columns) and postgres.table_hash == want_hash
+
+
+def test_a_lost_row_of_zeros_changes_every_column_checksum(
+    project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every value adds a positive amount to its column's sum, a zero or false too."""
+    table = make_table(
+        dsn,
+        "id int, d numeric(4,1), f real, b boolean, t text",
+        [(0, Decimal("0.0"), 0.0, False, ""), (1, Decimal("1.0"), 1.0, True, "x")],
+    )
+    _tampered_reader(monkeypatch, lambda t: t.filter(pc.not_equal(t.column("id"), 0)))
+    report = migrate.migrate_postgres(project, PROJECT, "zeros", dsn=dsn, table=table, dry_run=True)
+    assert (report.source_rows, report.delta_rows) == (2, 1)
+    assert report.mismatched_columns == ["id", "d", "f", "b", "t"]
 
 
 def test_a_lost_row_changes_the_counts(

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 from core import auth, datasets, history, maintenance, merge, sessions
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
+from tests.diff_support import diff_rows, html_bodies
 from tests.page_support import (
     PASSWORD,
     button_keys,
@@ -129,8 +130,8 @@ def test_selecting_a_version_opens_its_change_request(workspace: Catalog, ids: d
     assert has_text(at.markdown, f"**Platinum for 1000** · `{ids['platinum']}` · merged")
     assert has_text(at.caption, "edit by **erin**")
     assert has_text(at.caption, "approved by **abe** · merged as v1")
-    diff = _frame(at, "history_diff_table")
-    assert list(zip(diff["row_id"], diff["column"], diff["new"], strict=True)) == [("1000", "plan", "platinum")]
+    rows = [r for body in html_bodies(at) for r in diff_rows(body)]
+    assert [(r["row_id"], r["kind"], r["cells"]["plan"]) for r in rows] == [("1000", "update", ("free", "platinum"))]
 
     at.session_state["history_timeline"] = {"selection": {"rows": [2], "columns": [], "cells": []}}
     at.run(timeout=300)
@@ -162,11 +163,11 @@ def test_compare_shows_the_cell_level_diff(workspace: Catalog) -> None:
     assert not at.exception and not at.error, texts(at.error)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics == {"Rows inserted": "0", "Rows updated": "2", "Rows deleted": "0"}
-    diff = _frame(at, "history_diff_table")
-    assert diff.to_dict("records") == [
-        {"row_id": "1000", "change": "update", "column": "plan", "old": "free", "new": "platinum"},
-        # Numbers as the Table page's grid shows them.
-        {"row_id": "1002", "change": "update", "column": "amount", "old": "3", "new": "99"},
+    rows = [r for body in html_bodies(at) for r in diff_rows(body)]
+    # Identifying columns (the key, the first text column), then the changed cells; numbers as the grid shows them.
+    assert [(r["row_id"], r["kind"], r["cells"]) for r in rows] == [
+        ("1000", "update", {"order_id": "1000", "plan": ("free", "platinum"), "amount": ""}),
+        ("1002", "update", {"order_id": "1002", "plan": "enterprise", "amount": ("3", "99")}),
     ]
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from core import change_requests, datasets, merge
 from core.catalog import Catalog
 from core.change_requests import CRState
+from tests.diff_support import diff_rows, html_bodies
 from tests.page_support import (
     REQUESTS_PAGE,
     REVIEW_PAGE,
@@ -144,17 +146,28 @@ def test_queue_holds_every_open_request_of_the_approvers_projects(workspace: Cat
     assert at.selectbox(key="review_cr").options[0] == f"{TITLES['own']} · ann · {ids['own']}"
 
 
+def _findings(at: AppTest) -> pd.DataFrame:
+    """The data-check findings table of the shown request."""
+    return next(d.value for d in at.dataframe if "check" in d.value.columns)
+
+
 def test_review_shows_the_diff_and_a_warning_finding(workspace: Catalog, ids: dict[str, str]) -> None:
     at = _review("abe", ids["warn"])
 
     assert TITLES["warn"] in texts(at.subheader)
-    diff = next(d for d in at.dataframe if "change" in d.value.columns).value
-    assert diff.to_dict("records") == [
-        {"row_id": "1000", "change": "update", "column": "plan", "old": "free", "new": "platinum"}
-    ]
+    rows = [r for body in html_bodies(at) for r in diff_rows(body)]
+    assert [(r["row_id"], r["kind"], r["cells"]["plan"]) for r in rows] == [("1000", "update", ("free", "platinum"))]
+    assert {m.label: m.value for m in at.metric} == {"Rows updated": "1", "Rows inserted": "0", "Rows deleted": "0"}
     text = _markdown(at)
     assert ":orange-badge[:material/warning: warning]" in text
-    assert ":orange-badge[warning] `expect_column_values_to_be_in_set` on **plan** · 1 unexpected value(s)" in text
+    # Every check evaluated is listed, failures first, with the values that failed.
+    checks = _findings(at)
+    failed = checks[checks["result"] == "failed"]
+    assert set(failed["severity"]) == {"warning"} and set(failed["failing rows"]) == {1}
+    assert set(failed["failing values (sample)"]) == {'"platinum"'}
+    assert set(failed["check"]) == {'plan is one of "free", "pro", "enterprise", "starter"'}
+    assert list(checks["result"]) == sorted(checks["result"])  # "failed" sorts before "passed"
+    assert "row_id is never empty" in set(checks.loc[checks["result"] == "passed", "check"])
     assert "No conflicts with commits after version 0." in texts(at.markdown)
     # A warning does not block approval.
     assert not at.button(key="review_approve").disabled
@@ -182,7 +195,9 @@ def test_a_critical_failure_blocks_approval(workspace: Catalog, ids: dict[str, s
     assert has_text(at.caption, "Approval is blocked: a critical data check fails")
     text = _markdown(at)
     assert ":red-badge[:material/error: failed]" in text
-    assert ":red-badge[critical] `expect_column_values_to_be_between` on **amount**" in text
+    checks = _findings(at)
+    critical = checks[(checks["result"] == "failed") & (checks["severity"] == "critical")]
+    assert list(critical["check"]) == ["amount is at least 0"]
 
 
 def test_approve_merges_after_confirmation(workspace: Catalog, ids: dict[str, str]) -> None:

@@ -7,8 +7,9 @@ NULLs every few rows). Each round migrates it once per path:
 
 * core: ``core.migrate.migrate_postgres`` with ``--key id`` - target checks, the type
   profile, ``COPY ... TO STDOUT`` into pyarrow, the source checksums in PostgreSQL,
-  ``create_dataset`` (row ids, upload copy, Spark CTAS, catalog sync, default rules,
-  audit) and the Delta checksums in DuckDB;
+  ``create_dataset_from_table`` (row ids, the rows sorted by them and kept as the
+  upload's Parquet copy, Spark CTAS, catalog sync, default rules, audit) and the Delta
+  checksums in DuckDB;
 * bare psycopg COPY -> pyarrow -> Spark Delta write: the same COPY parsed by pyarrow
   with the same schema, written to a Parquet file and saved by Spark as a Delta table -
   the engine work alone, no checks and no parity report;
@@ -21,8 +22,9 @@ The paths rotate (their order changes every round). Each created dataset is remo
 after its round (untimed). The breakdown splits the core path by its progress steps.
 Target (issue 12): core <= 1.5x the bare pipeline; rows per second are shown too.
 While Spark writes, PostgreSQL computes the row count and table hash and DuckDB the
-checksums of the rows handed to Spark; afterwards one cheap DuckDB read compares the
-stored table's fingerprint with those rows.
+checksums of the rows handed to Spark (md5 only for the row texts and the text columns;
+typed columns are summed); afterwards one cheap DuckDB read compares the stored table's
+fingerprint with those rows.
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ FROM generate_series(1, %s) AS i
 # Progress messages that open each step of the core path (see core.migrate).
 _STEPS = (
     ("read", "reading "),
-    ("source checksums (PostgreSQL), temporary Parquet", "read "),
-    ("write (create_dataset, Spark; DuckDB hashes meanwhile)", "writing the Delta table"),
+    ("Delta types (PostgreSQL starts hashing)", "read "),
+    ("write (create_dataset_from_table, Spark; PostgreSQL and DuckDB hash meanwhile)", "writing the Delta table"),
     ("check of the Delta table (DuckDB)", "checking the Delta table"),
 )
 MAX_RATIO = 1.5

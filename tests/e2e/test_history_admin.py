@@ -193,12 +193,14 @@ def test_an_admin_previews_diffs_and_restores_a_version(
     # The diff from version 0 to version 1.
     show(page, "Compare")
     expect(page.get_by_test_id("stMetric").filter(has_text="Rows updated")).to_contain_text("1")
-    diff = page.locator(".st-key-history_changes [data-testid='stDataFrame']")
-    expect(diff.locator("table[role='grid']")).to_have_attribute("aria-rowcount", "2")
-    expect(cell(diff, 0, "row_id")).to_have_text(CUSTOMER)
-    expect(cell(diff, 0, "column")).to_have_text("first_name")
-    expect(cell(diff, 0, "old")).to_have_text(old_name)
-    expect(cell(diff, 0, "new")).to_have_text(NEW_NAME)
+    diff = page.locator(".st-key-history_changes")
+    expect(diff.locator("tbody tr")).to_have_count(1)
+    expect(diff.locator("tbody tr")).to_have_attribute("data-row-id", CUSTOMER)
+    changed = diff.locator("td.oreo-changed")
+    expect(changed).to_have_count(1)
+    expect(changed).to_have_attribute("data-column", "first_name")
+    expect(changed.locator("del")).to_have_text(old_name)
+    expect(changed.locator("ins")).to_have_text(NEW_NAME)
 
     # Restore version 0: the current version offers none; the dialog wants a reason.
     show(page, "Version")

@@ -1,0 +1,811 @@
+"""Notifications: who is told what about a change request, by email, webhook and in-app inbox.
+
+``emit`` runs right after the action it reports has committed. In one catalog
+transaction it writes an inbox row per recipient and an outbox row per delivery: one per
+recipient with an email address (when SMTP is configured) and one per webhook of the
+project. It never raises: a failure to enqueue is logged and the action stands.
+
+Who is told (never the actor about their own action):
+
+* ``submitted``, ``revised``: the project's approvers (approver and admin members);
+* ``approved``, ``rejected``, ``changes_requested``, ``commented``, ``withdrawn``: the
+  author and the participants (commenters and whoever closed the request);
+* ``stale`` (``main`` moved under an open request and it now conflicts): the author,
+  once per request and conflicting version of ``main``.
+
+The outbox is the retry mechanism. ``drain`` claims the deliveries that are due with one
+atomic update each (it moves ``next_attempt_at`` past a lease, so a cron ``oreo notify
+drain`` and an app server's background drainer never send one twice), sends them and
+records the outcome: sent; or failed and due again after an exponential backoff (30 s,
+1, 2, 4, 8 minutes); or, on the ``MAX_ATTEMPTS``-th failure, dead, which marks a
+webhook failing with its last error until one of its deliveries succeeds again.
+
+A webhook delivery is a JSON POST of ``{"event", "project", "dataset", "cr_id", "actor",
+"at", "title", "summary", ...}``, the same bytes on every attempt, signed in the header
+``X-Oreo-Signature: sha256=<hex>``, the HMAC-SHA256 of the raw body with the webhook's
+secret. An email is plain text over SMTP (``OREO_SMTP_*`` settings).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import logging
+import smtplib
+import ssl
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email.message import EmailMessage
+from typing import Any, ClassVar
+
+import httpx
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from core import audit
+from core.auth import Role, User, require_role
+from core.catalog import (
+    Catalog,
+    ChangeRequestRow,
+    CommentRow,
+    InboxRow,
+    MembershipRow,
+    OutboxRow,
+    ProjectRow,
+    UserRow,
+    WebhookRow,
+    utcnow,
+)
+from core.config import Settings, get_settings
+from core.errors import InvalidInput, NotFound
+from core.layout import new_id, validate_id
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Oreo-Signature"
+# A delivery that failed this many times is dead; its webhook is marked failing.
+MAX_ATTEMPTS = 6
+BACKOFF_S = 30.0
+MAX_BACKOFF_S = 3600.0
+# A claimed delivery is due again after this long, should its drainer die mid-send.
+CLAIM_LEASE_S = 300.0
+SEND_TIMEOUT_S = 10.0
+_SMTP_PORTS = {"none": 25, "starttls": 587, "ssl": 465}
+
+
+class NotifyEvent(enum.StrEnum):
+    SUBMITTED = "submitted"
+    REVISED = "revised"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    CHANGES_REQUESTED = "changes_requested"
+    COMMENTED = "commented"
+    WITHDRAWN = "withdrawn"
+    STALE = "stale"
+
+
+_TO_APPROVERS = {NotifyEvent.SUBMITTED, NotifyEvent.REVISED}
+_VERBS = {
+    NotifyEvent.SUBMITTED: "submitted",
+    NotifyEvent.REVISED: "revised",
+    NotifyEvent.APPROVED: "approved and merged",
+    NotifyEvent.REJECTED: "rejected",
+    NotifyEvent.CHANGES_REQUESTED: "asked for changes to",
+    NotifyEvent.COMMENTED: "commented on",
+    NotifyEvent.WITHDRAWN: "withdrew",
+}
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    id: int
+    event: str
+    project_id: str | None
+    dataset_id: str | None
+    cr_id: str | None
+    actor: str
+    at: datetime
+    summary: str
+    read: bool
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A project's webhook as listed (never with its secret)."""
+
+    id: str
+    project_id: str
+    url: str
+    created_by: str
+    created_at: datetime
+    failing: bool
+    last_error: str | None
+    last_error_at: datetime | None
+    last_success_at: datetime | None
+    pending: int = 0
+    dead: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "project": self.project_id,
+            "url": self.url,
+            "created_by": self.created_by,
+            "created_at": self.created_at.isoformat(),
+            "failing": self.failing,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at.isoformat() if self.last_error_at else None,
+            "last_success_at": self.last_success_at.isoformat() if self.last_success_at else None,
+            "pending": self.pending,
+            "dead": self.dead,
+        }
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One outbox row: a notification to one email address or webhook, and where it stands."""
+
+    id: int
+    event: str
+    channel: str
+    target: str
+    project_id: str | None
+    cr_id: str | None
+    state: str  # pending | sent | dead
+    attempts: int
+    last_error: str | None
+    next_attempt_at: datetime | None
+    created_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "event": self.event,
+            "channel": self.channel,
+            "target": self.target,
+            "project": self.project_id,
+            "cr_id": self.cr_id,
+            "state": self.state,
+            "attempts": self.attempts,
+            "last_error": self.last_error,
+            "next_attempt_at": self.next_attempt_at.isoformat() if self.next_attempt_at else None,
+            "created_at": self.created_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What one ``drain`` did: deliveries sent, failed (to be retried) and dead."""
+
+    sent: list[Delivery] = field(default_factory=list)
+    failed: list[Delivery] = field(default_factory=list)
+    dead: list[Delivery] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sent": [d.to_json() for d in self.sent],
+            "failed": [d.to_json() for d in self.failed],
+            "dead": [d.to_json() for d in self.dead],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookAdded(audit.AuditEvent):
+    name: ClassVar[str] = "webhook_added"
+    webhook_id: str
+    url: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class WebhookRemoved(audit.AuditEvent):
+    name: ClassVar[str] = "webhook_removed"
+    webhook_id: str
+    url: str
+
+
+# ---------------------------------------------------------------- emitting
+
+
+def emit(
+    catalog: Catalog,
+    event: str,
+    *,
+    project: str,
+    dataset: str | None,
+    cr_id: str | None,
+    actor: str,
+    extra: dict[str, Any] | None = None,
+    dedup_key: str | None = None,
+) -> int:
+    """Queue ``event`` for its recipients and the project's webhooks; never raises.
+
+    Args:
+        catalog: The catalog the action committed to.
+        event: A ``NotifyEvent`` value.
+        project: The project of the request.
+        dataset: Its dataset.
+        cr_id: The change request the event is about.
+        actor: The user whose action it was (not told about it).
+        extra: More fields for the webhook body (a reason, a version, a comment).
+        dedup_key: When given, an event already queued under this key is not queued again.
+
+    Returns:
+        How many inbox and outbox rows were written (0 when it could not enqueue).
+    """
+    try:
+        return _enqueue(catalog, NotifyEvent(event), project, dataset, cr_id, actor, extra or {}, dedup_key)
+    except Exception:  # the action already happened: a lost notification must not undo or fail it
+        log.warning("could not queue the %s notification of %s", event, cr_id or project, exc_info=True)
+        return 0
+
+
+def emit_stale(catalog: Catalog, project: str, dataset: str, cr_id: str, conflict_versions: Iterable[int]) -> int:
+    """Tell the author that ``main`` moved under an open request and now conflicts.
+
+    Told once per request and newest conflicting version; nothing when there is no conflict.
+    """
+    versions = list(conflict_versions)
+    if not versions:
+        return 0
+    newest = max(versions)
+    return emit(
+        catalog,
+        NotifyEvent.STALE,
+        project=project,
+        dataset=dataset,
+        cr_id=cr_id,
+        actor="system",
+        extra={"main_version": newest},
+        dedup_key=f"stale:{cr_id}:{newest}",
+    )
+
+
+def _enqueue(
+    catalog: Catalog,
+    event: NotifyEvent,
+    project: str,
+    dataset: str | None,
+    cr_id: str | None,
+    actor: str,
+    extra: dict[str, Any],
+    dedup_key: str | None,
+) -> int:
+    settings = get_settings()
+    now = utcnow()
+    with catalog.session() as s:
+        if dedup_key is not None and _already_queued(s, dedup_key):
+            return 0
+        request = s.get(ChangeRequestRow, cr_id) if cr_id else None
+        title = request.title if request is not None else ""
+        summary = _summary(event, actor, title, project, dataset, extra)
+        body = {
+            "event": event.value,
+            "project": project,
+            "dataset": dataset,
+            "cr_id": cr_id,
+            "actor": actor,
+            "at": now.isoformat(),
+            "title": title,
+            "summary": summary,
+            **{k: v for k, v in extra.items() if k not in _BODY_FIELDS},
+        }
+        payload = json.dumps(body, separators=(",", ":"), default=str)
+        written = 0
+        for user in _recipients(s, event, project, request, actor):
+            s.add(
+                InboxRow(
+                    username=user.username,
+                    event=event.value,
+                    project_id=project,
+                    dataset_id=dataset,
+                    cr_id=cr_id,
+                    actor=actor,
+                    at=now,
+                    summary=summary,
+                    dedup_key=dedup_key,
+                )
+            )
+            written += 1
+            if settings.smtp_host and user.email:
+                email = _outbox(event, project, dataset, cr_id, actor, now, "email", user.email, payload, dedup_key)
+                email.recipient = user.username
+                s.add(email)
+                written += 1
+        for hook_id in s.scalars(select(WebhookRow.id).where(WebhookRow.project_id == project)):
+            s.add(_outbox(event, project, dataset, cr_id, actor, now, "webhook", hook_id, payload, dedup_key))
+            written += 1
+        return written
+
+
+_BODY_FIELDS = {"event", "project", "dataset", "cr_id", "actor", "at", "title", "summary"}
+
+
+def _outbox(
+    event: NotifyEvent,
+    project: str,
+    dataset: str | None,
+    cr_id: str | None,
+    actor: str,
+    now: datetime,
+    channel: str,
+    target: str,
+    payload: str,
+    dedup_key: str | None,
+) -> OutboxRow:
+    return OutboxRow(
+        event=event.value,
+        project_id=project,
+        dataset_id=dataset,
+        cr_id=cr_id,
+        actor=actor,
+        created_at=now,
+        channel=channel,
+        target=target,
+        recipient=None,
+        payload=payload,
+        state="pending",
+        attempts=0,
+        next_attempt_at=now,
+        dedup_key=dedup_key,
+    )
+
+
+def _already_queued(s: Session, key: str) -> bool:
+    for table in (InboxRow, OutboxRow):
+        if s.scalar(select(table.id).where(table.dedup_key == key).limit(1)) is not None:
+            return True
+    return False
+
+
+def _recipients(
+    s: Session, event: NotifyEvent, project: str, request: ChangeRequestRow | None, actor: str
+) -> list[UserRow]:
+    """The active users to tell about ``event``, without its actor."""
+    names: set[str] = set()
+    if event in _TO_APPROVERS:
+        names |= set(
+            s.scalars(
+                select(UserRow.username)
+                .join(MembershipRow, MembershipRow.user_id == UserRow.id)
+                .where(
+                    MembershipRow.project_id == project,
+                    MembershipRow.role.in_([Role.APPROVER.value, Role.ADMIN.value]),
+                )
+            )
+        )
+    elif request is not None:
+        names.add(request.author)
+        if event != NotifyEvent.STALE:
+            if request.closed_by:
+                names.add(request.closed_by)
+            names |= set(s.scalars(select(CommentRow.author).where(CommentRow.cr_id == request.id)))
+    names.discard(actor)
+    if not names:
+        return []
+    rows = s.scalars(select(UserRow).where(UserRow.username.in_(sorted(names)), UserRow.disabled.is_(False)))
+    return sorted(rows, key=lambda u: u.username)
+
+
+def _summary(
+    event: NotifyEvent, actor: str, title: str, project: str, dataset: str | None, extra: dict[str, Any]
+) -> str:
+    where = f"{project}/{dataset}" if dataset else project
+    named = f"“{title}” on {where}" if title else where
+    if event == NotifyEvent.STALE:
+        version = extra.get("main_version")
+        at = f" (version {version})" if version is not None else ""
+        return f"{named} conflicts with newer commits to main{at}; re-submit it against the current version"
+    text = f"{actor} {_VERBS[event]} {named}"
+    reason = extra.get("reason") or extra.get("comment")
+    if reason:
+        text += f": {str(reason).strip()[:200]}"
+    return text
+
+
+# ---------------------------------------------------------------- inbox
+
+
+def inbox(catalog: Catalog, user: User, *, unread_only: bool = False, limit: int = 200) -> list[InboxItem]:
+    """The user's inbox, newest first."""
+    query = select(InboxRow).where(InboxRow.username == user.username).order_by(InboxRow.id.desc()).limit(limit)
+    if unread_only:
+        query = query.where(InboxRow.read_at.is_(None))
+    with catalog.session() as s:
+        return [
+            InboxItem(
+                r.id, r.event, r.project_id, r.dataset_id, r.cr_id, r.actor, r.at, r.summary, r.read_at is not None
+            )
+            for r in s.scalars(query)
+        ]
+
+
+def unread_count(catalog: Catalog, user: User) -> int:
+    """How many of the user's inbox events are unread."""
+    with catalog.session() as s:
+        count = s.scalar(
+            select(func.count())
+            .select_from(InboxRow)
+            .where(InboxRow.username == user.username, InboxRow.read_at.is_(None))
+        )
+        return int(count or 0)
+
+
+def mark_read(catalog: Catalog, user: User, ids: Iterable[int] | None = None) -> int:
+    """Mark the user's events ``ids`` (all when None) read; returns how many changed."""
+    query = update(InboxRow).where(InboxRow.username == user.username, InboxRow.read_at.is_(None))
+    if ids is not None:
+        query = query.where(InboxRow.id.in_(list(ids)))
+    with catalog.session() as s:
+        return int(s.execute(query.values(read_at=utcnow())).rowcount or 0)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- webhooks
+
+
+def add_webhook(catalog: Catalog, project_id: str, url: str, secret: str, *, actor: User) -> Webhook:
+    """Register a webhook for a project's events (project admins).
+
+    Raises:
+        NotFound: Unknown project.
+        PermissionDenied: ``actor`` is not an admin of the project.
+        InvalidInput: The URL is not an absolute http(s) URL, or the secret is empty.
+    """
+    _require_project(catalog, project_id)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="manage webhooks")
+    url = _check_url(url)
+    if not secret or not secret.strip():
+        raise InvalidInput("the webhook secret is empty; pass it on standard input", field="secret")
+    hook_id = new_id("wh")
+    with catalog.session() as s:
+        row = WebhookRow(id=hook_id, project_id=project_id, url=url, secret=secret, created_by=actor.username)
+        s.add(row)
+        s.flush()
+        audit.record(s, WebhookAdded(actor=actor.username, project_id=project_id, webhook_id=hook_id, url=url))
+        return _webhook(row)
+
+
+def list_webhooks(catalog: Catalog, project_id: str, *, actor: User) -> list[Webhook]:
+    """A project's webhooks with their state (project admins); secrets are never returned."""
+    _require_project(catalog, project_id)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="list webhooks")
+    return _webhooks(catalog, [project_id])
+
+
+def remove_webhook(catalog: Catalog, project_id: str, webhook_id: str, *, actor: User) -> Webhook:
+    """Remove a project's webhook and drop its undelivered deliveries (project admins).
+
+    Raises:
+        NotFound: Unknown project, or no such webhook in it.
+        PermissionDenied: ``actor`` is not an admin of the project.
+    """
+    _require_project(catalog, project_id)
+    require_role(catalog, actor, project_id, Role.ADMIN, action="manage webhooks")
+    validate_id(webhook_id, kind="webhook id")
+    with catalog.session() as s:
+        row = s.get(WebhookRow, webhook_id)
+        if row is None or row.project_id != project_id:
+            raise NotFound(f"project {project_id!r} has no webhook {webhook_id!r}", kind="webhook", ident=webhook_id)
+        removed = _webhook(row)
+        s.execute(
+            delete(OutboxRow).where(
+                OutboxRow.channel == "webhook", OutboxRow.target == webhook_id, OutboxRow.state == "pending"
+            )
+        )
+        s.delete(row)
+        audit.record(s, WebhookRemoved(actor=actor.username, project_id=project_id, webhook_id=webhook_id, url=row.url))
+        return removed
+
+
+def failing_webhooks(catalog: Catalog, project_ids: Iterable[str]) -> list[Webhook]:
+    """Webhooks of these projects that are failing (a delivery died since their last success)."""
+    return [w for w in _webhooks(catalog, list(project_ids)) if w.failing]
+
+
+def dead_deliveries(catalog: Catalog, project_ids: Iterable[str], *, limit: int = 50) -> list[Delivery]:
+    """Deliveries of these projects that ran out of attempts, newest first."""
+    query = (
+        select(OutboxRow)
+        .where(OutboxRow.state == "dead", OutboxRow.project_id.in_(list(project_ids)))
+        .order_by(OutboxRow.id.desc())
+        .limit(limit)
+    )
+    with catalog.session() as s:
+        return [_delivery(r) for r in s.scalars(query)]
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The ``X-Oreo-Signature`` value of ``body``: ``sha256=`` and the hex HMAC-SHA256 with ``secret``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _require_project(catalog: Catalog, project_id: str) -> None:
+    validate_id(project_id, kind="project id")
+    with catalog.session() as s:
+        if s.get(ProjectRow, project_id) is None:
+            raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
+
+
+def _check_url(url: str) -> str:
+    url = (url or "").strip()
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise InvalidInput(f"bad webhook URL {url!r}: {exc}", field="url") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise InvalidInput(f"bad webhook URL {url!r}: give an absolute http:// or https:// URL", field="url")
+    return url
+
+
+def _webhooks(catalog: Catalog, project_ids: list[str]) -> list[Webhook]:
+    with catalog.session() as s:
+        rows = list(
+            s.scalars(select(WebhookRow).where(WebhookRow.project_id.in_(project_ids)).order_by(WebhookRow.created_at))
+        )
+        counts: dict[tuple[str, str], int] = {}
+        if rows:
+            query = (
+                select(OutboxRow.target, OutboxRow.state, func.count())
+                .where(OutboxRow.channel == "webhook", OutboxRow.target.in_([r.id for r in rows]))
+                .group_by(OutboxRow.target, OutboxRow.state)
+            )
+            counts = {(target, state): int(n) for target, state, n in s.execute(query)}
+        return [
+            _webhook(r, pending=counts.get((r.id, "pending"), 0), dead=counts.get((r.id, "dead"), 0)) for r in rows
+        ]
+
+
+def _webhook(row: WebhookRow, *, pending: int = 0, dead: int = 0) -> Webhook:
+    return Webhook(
+        id=row.id,
+        project_id=row.project_id,
+        url=row.url,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        failing=bool(row.failing),
+        last_error=row.last_error,
+        last_error_at=row.last_error_at,
+        last_success_at=row.last_success_at,
+        pending=pending,
+        dead=dead,
+    )
+
+
+def _delivery(row: OutboxRow) -> Delivery:
+    return Delivery(
+        id=row.id,
+        event=row.event,
+        channel=row.channel,
+        target=row.target,
+        project_id=row.project_id,
+        cr_id=row.cr_id,
+        state=row.state,
+        attempts=row.attempts,
+        last_error=row.last_error,
+        next_attempt_at=row.next_attempt_at if row.state == "pending" else None,
+        created_at=row.created_at,
+    )
+
+
+# ---------------------------------------------------------------- sending
+
+
+def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> DrainReport:
+    """Send the deliveries that are due (at most ``limit``) and record each outcome.
+
+    Args:
+        catalog: The catalog holding the outbox.
+        now: The time to judge what is due by (default: now).
+        limit: At most this many deliveries are attempted.
+
+    Returns:
+        The deliveries sent, failed (due again after a backoff) and dead (out of attempts).
+    """
+    now = now or utcnow()
+    settings = get_settings()
+    report = DrainReport()
+    with catalog.session() as s:
+        due = list(
+            s.scalars(
+                select(OutboxRow.id)
+                .where(OutboxRow.state == "pending", OutboxRow.next_attempt_at <= now)
+                .order_by(OutboxRow.next_attempt_at, OutboxRow.id)
+                .limit(limit)
+            )
+        )
+    for row_id in due:
+        claimed = _claim(catalog, row_id, now)
+        if claimed is None:
+            continue  # another drainer took it
+        error = _attempt(catalog, claimed, settings)
+        outcome = _record_outcome(catalog, row_id, now, error)
+        {"sent": report.sent, "pending": report.failed, "dead": report.dead}[outcome.state].append(outcome)
+    return report
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    id: int
+    event: str
+    channel: str
+    target: str
+    payload: str
+
+
+def _claim(catalog: Catalog, row_id: int, now: datetime) -> _Claimed | None:
+    with catalog.session() as s:
+        taken = s.execute(
+            update(OutboxRow)
+            .where(OutboxRow.id == row_id, OutboxRow.state == "pending", OutboxRow.next_attempt_at <= now)
+            .values(next_attempt_at=now + timedelta(seconds=CLAIM_LEASE_S))
+        )
+        if taken.rowcount != 1:  # type: ignore[attr-defined]
+            return None
+        row = s.get(OutboxRow, row_id)
+        assert row is not None
+        return _Claimed(row.id, row.event, row.channel, row.target, row.payload)
+
+
+def _attempt(catalog: Catalog, delivery: _Claimed, settings: Settings) -> str | None:
+    """Send one delivery; the error in one line, or None when it went through."""
+    try:
+        if delivery.channel == "webhook":
+            with catalog.session() as s:
+                hook = s.get(WebhookRow, delivery.target)
+                url, secret = (hook.url, hook.secret) if hook is not None else (None, "")
+            if url is None:
+                return "the webhook was removed"
+            _post_webhook(url, secret, delivery)
+        elif delivery.channel == "email":
+            _send_email(settings, delivery.target, json.loads(delivery.payload))
+        else:
+            return f"unknown channel {delivery.channel!r}"
+    except Exception as exc:  # any failure is this attempt's outcome, retried later
+        log.info("delivery %s (%s to %s) failed", delivery.id, delivery.channel, delivery.target, exc_info=True)
+        return _one_line(exc)
+    return None
+
+
+def _post_webhook(url: str, secret: str, delivery: _Claimed) -> None:
+    body = delivery.payload.encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "oreo-webhooks",
+        SIGNATURE_HEADER: sign(secret, body),
+        "X-Oreo-Event": delivery.event,
+        "X-Oreo-Delivery": str(delivery.id),
+    }
+    response = httpx.post(url, content=body, headers=headers, timeout=SEND_TIMEOUT_S, follow_redirects=False)
+    if not 200 <= response.status_code < 300:
+        raise _DeliveryRefused(f"HTTP {response.status_code} from {url}")
+
+
+class _DeliveryRefused(Exception):
+    pass
+
+
+def _send_email(settings: Settings, to: str, body: dict[str, Any]) -> None:
+    if not settings.smtp_host:
+        raise _DeliveryRefused("no SMTP server is configured (OREO_SMTP_HOST)")
+    message = EmailMessage()
+    message["From"] = settings.smtp_from
+    message["To"] = to
+    message["Subject"] = f"[Oreo] {body.get('summary') or body.get('event')}"[:200]
+    message["X-Oreo-Event"] = str(body.get("event"))
+    lines = [
+        str(body.get("summary") or ""),
+        "",
+        f"Project: {body.get('project')}",
+        f"Dataset: {body.get('dataset')}",
+        f"Change request: {body.get('cr_id')}",
+        f"By: {body.get('actor')}",
+        f"At: {body.get('at')}",
+    ]
+    for name in ("reason", "comment", "version", "revision", "main_version"):
+        if body.get(name) is not None:
+            lines.append(f"{name.replace('_', ' ').capitalize()}: {body[name]}")
+    message.set_content("\n".join(lines) + "\n")
+    port = settings.smtp_port or _SMTP_PORTS[settings.smtp_tls]
+    client: smtplib.SMTP
+    if settings.smtp_tls == "ssl":
+        client = smtplib.SMTP_SSL(
+            settings.smtp_host, port, timeout=SEND_TIMEOUT_S, context=ssl.create_default_context()
+        )
+    else:
+        client = smtplib.SMTP(settings.smtp_host, port, timeout=SEND_TIMEOUT_S)
+    with client:
+        if settings.smtp_tls == "starttls":
+            client.starttls(context=ssl.create_default_context())
+        if settings.smtp_user:
+            client.login(settings.smtp_user, settings.smtp_password or "")
+        client.send_message(message)
+
+
+def _record_outcome(catalog: Catalog, row_id: int, now: datetime, error: str | None) -> Delivery:
+    with catalog.session() as s:
+        row = s.get(OutboxRow, row_id)
+        assert row is not None
+        hook = s.get(WebhookRow, row.target) if row.channel == "webhook" else None
+        row.attempts += 1
+        if error is None:
+            row.state, row.sent_at, row.last_error = "sent", now, None
+            if hook is not None:
+                hook.failing, hook.last_success_at = False, now
+        else:
+            row.last_error = error
+            if hook is not None:
+                hook.last_error, hook.last_error_at = error, now
+            removed = row.channel == "webhook" and hook is None
+            if row.attempts >= MAX_ATTEMPTS or removed:
+                row.state = "dead"
+                if hook is not None:
+                    hook.failing = True
+            else:
+                row.next_attempt_at = now + timedelta(seconds=backoff_s(row.attempts))
+        s.flush()
+        return _delivery(row)
+
+
+def backoff_s(attempts: int) -> float:
+    """Seconds to wait after the ``attempts``-th failed attempt: 30 s, doubling, at most an hour."""
+    return float(min(BACKOFF_S * 2 ** max(attempts - 1, 0), MAX_BACKOFF_S))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, _DeliveryRefused):
+        return first
+    return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
+
+
+# ---------------------------------------------------------------- background drainer
+
+_drainer: threading.Thread | None = None
+_drainer_stop = threading.Event()
+_drainer_lock = threading.Lock()
+
+
+def start_background_drainer(catalog: Catalog | None, interval: float | None = None) -> threading.Thread:
+    """Drain the outbox every ``interval`` seconds (``OREO_NOTIFY_INTERVAL_S``) in a daemon thread.
+
+    ``catalog`` None: the configured catalog, opened by the thread (a server starts even
+    while the catalog is unreachable). One per process: a second call returns the running thread.
+    """
+    global _drainer
+    every = float(interval if interval is not None else get_settings().notify_interval_s)
+    with _drainer_lock:
+        if _drainer is not None and _drainer.is_alive():
+            return _drainer
+        _drainer_stop.clear()
+        _drainer = threading.Thread(target=_drain_forever, args=(catalog, every), name="oreo-notify", daemon=True)
+        _drainer.start()
+        return _drainer
+
+
+def stop_background_drainer(timeout: float = 30.0) -> None:
+    """Stop the background drainer (tests, shutdown) and wait for it."""
+    global _drainer
+    with _drainer_lock:
+        thread, _drainer = _drainer, None
+    _drainer_stop.set()
+    if thread is not None:
+        thread.join(timeout)
+
+
+def _drain_forever(catalog: Catalog | None, every: float) -> None:
+    from core.catalog import open_catalog
+
+    while not _drainer_stop.is_set():
+        try:
+            report = drain(catalog or open_catalog())
+            if report.failed or report.dead:
+                log.warning(
+                    "notifications: %d sent, %d failed, %d dead", len(report.sent), len(report.failed), len(report.dead)
+                )
+        except Exception:  # the catalog may be restarting; the next round tries again
+            log.warning("draining the notification outbox failed", exc_info=True)
+        _drainer_stop.wait(every)

@@ -1,0 +1,474 @@
+"""Notifications: recipients, the outbox and its retries, webhooks and email on real loopback servers, the inbox."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from email import message_from_bytes, policy
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword
+from sqlalchemy import select, text
+
+from core import change_requests, notify
+from core.auth import Role, add_member, create_user, get_user
+from core.catalog import Catalog, ChangeRequestRow, DatasetRow, InboxRow, OutboxRow, WebhookRow, utcnow
+from core.config import get_settings
+from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.projects import create_project
+from tests.merge_support import wait_for
+from tests.test_cli import assert_one_error_line, run
+
+SECRET = "hook-secret-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------- real servers on loopback
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+
+@dataclass
+class Receiver:
+    """A stdlib HTTP server on loopback that records every POST and answers with the next queued status."""
+
+    url: str
+    received: list[Received] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    port = free_port()
+    box = Receiver(url=f"http://127.0.0.1:{port}/hook")
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            with lock:
+                box.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                status = box.statuses.pop(0) if box.statuses else 204
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield box
+    server.shutdown()
+    server.server_close()
+
+
+class Mailbox:
+    """An aiosmtpd handler that keeps every message it accepts."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[Envelope, Any]] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Envelope) -> str:
+        self.messages.append((envelope, message_from_bytes(envelope.content, policy=policy.default)))  # type: ignore[arg-type]
+        return "250 OK"
+
+
+def _authenticate(server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> AuthResult:
+    ok = isinstance(auth_data, LoginPassword) and (auth_data.login, auth_data.password) == (b"oreo", b"mail-pass")
+    return AuthResult(success=ok, handled=False)
+
+
+@pytest.fixture
+def smtp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Mailbox]:
+    """A real SMTP server (aiosmtpd) on loopback, with LOGIN/PLAIN auth, and Oreo's settings pointing at it."""
+    mailbox = Mailbox()
+    port = free_port()
+    controller = Controller(
+        mailbox, hostname="127.0.0.1", port=port, authenticator=_authenticate, auth_require_tls=False
+    )
+    controller.start()
+    for name, value in {
+        "OREO_SMTP_HOST": "127.0.0.1",
+        "OREO_SMTP_PORT": str(port),
+        "OREO_SMTP_TLS": "none",
+        "OREO_SMTP_USER": "oreo",
+        "OREO_SMTP_PASSWORD": "mail-pass",
+        "OREO_SMTP_FROM": "oreo@example.test",
+    }.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    yield mailbox
+    controller.stop()
+    get_settings.cache_clear()
+
+
+# ---------------------------------------------------------------- a workspace with one open request
+
+
+@pytest.fixture
+def workspace(catalog: Catalog) -> Catalog:
+    """Project demo: ed (editor, the author), al (approver), ada (admin, no email), eve (editor); one open request."""
+    create_project(catalog, "demo")
+    for name, role, email in (
+        ("ed", Role.EDITOR, "ed@example.test"),
+        ("al", Role.APPROVER, "al@example.test"),
+        ("ada", Role.ADMIN, None),
+        ("eve", Role.EDITOR, "eve@example.test"),
+    ):
+        create_user(catalog, name, password=f"{name}-password-1", email=email)
+        add_member(catalog, "demo", name, role)
+    with catalog.session() as s:
+        s.add(DatasetRow(project_id="demo", dataset_id="people", created_by="ada", delta_version=0))
+        s.flush()
+        s.add(
+            ChangeRequestRow(
+                id="cr_0000000000000001",
+                project_id="demo",
+                dataset_id="people",
+                author="ed",
+                title="Fix ages",
+                state="open",
+                base_version=0,
+                rows=1,
+                cells=1,
+            )
+        )
+    return catalog
+
+
+CR = "cr_0000000000000001"
+
+
+def _submitted(catalog: Catalog) -> int:
+    return notify.emit(catalog, "submitted", project="demo", dataset="people", cr_id=CR, actor="ed")
+
+
+def _hook(catalog: Catalog, url: str) -> notify.Webhook:
+    return notify.add_webhook(catalog, "demo", url, SECRET, actor=get_user(catalog, "ada"))
+
+
+def _outbox(catalog: Catalog) -> list[OutboxRow]:
+    with catalog.session() as s:
+        return list(s.scalars(select(OutboxRow).order_by(OutboxRow.id)))
+
+
+def _inbox_of(catalog: Catalog, name: str) -> list[notify.InboxItem]:
+    return notify.inbox(catalog, get_user(catalog, name))
+
+
+# ---------------------------------------------------------------- who is told
+
+
+def test_a_submitted_request_reaches_the_approvers_by_inbox_email_and_signed_webhook(
+    workspace: Catalog, smtp: Mailbox, receiver: Receiver
+) -> None:
+    hook = _hook(workspace, receiver.url)
+    assert _submitted(workspace) == 4  # inbox: al, ada; email: al (ada has none); webhook: 1
+
+    assert [i.summary for i in _inbox_of(workspace, "al")] == ["ed submitted “Fix ages” on demo/people"]
+    assert len(_inbox_of(workspace, "ada")) == 1
+    assert _inbox_of(workspace, "ed") == [] and _inbox_of(workspace, "eve") == []
+    assert [(r.channel, r.target) for r in _outbox(workspace)] == [("email", "al@example.test"), ("webhook", hook.id)]
+
+    report = notify.drain(workspace)
+    assert (len(report.sent), report.failed, report.dead) == (2, [], [])
+
+    [(envelope, message)] = smtp.messages
+    assert envelope.rcpt_tos == ["al@example.test"] and envelope.mail_from == "oreo@example.test"
+    assert message["Subject"] == "[Oreo] ed submitted “Fix ages” on demo/people"
+    assert f"Change request: {CR}" in message.get_content()
+
+    [post] = receiver.received
+    assert post.path == "/hook" and post.headers["content-type"] == "application/json"
+    expected = "sha256=" + hmac.new(SECRET.encode(), post.body, "sha256").hexdigest()
+    assert hmac.compare_digest(post.headers["x-oreo-signature"], expected)
+    body = post.json()
+    assert {k: body[k] for k in ("event", "project", "dataset", "cr_id", "actor", "title")} == {
+        "event": "submitted",
+        "project": "demo",
+        "dataset": "people",
+        "cr_id": CR,
+        "actor": "ed",
+        "title": "Fix ages",
+    }
+    assert body["at"].startswith(str(utcnow().year))
+    assert notify.drain(workspace).sent == []  # sent once only
+
+
+def test_comments_and_closing_reach_the_author_and_participants_never_the_actor(workspace: Catalog) -> None:
+    al, ed, eve = (get_user(workspace, n) for n in ("al", "ed", "eve"))
+    change_requests.add_comment(workspace, CR, "Is 130 right?", actor=al)
+    assert [i.summary for i in _inbox_of(workspace, "ed")] == [
+        "al commented on “Fix ages” on demo/people: Is 130 right?"
+    ]
+    assert _inbox_of(workspace, "al") == []
+
+    change_requests.add_comment(workspace, CR, "Yes, checked.", actor=ed)  # al took part: al is told
+    assert [i.event for i in _inbox_of(workspace, "al")] == ["commented"]
+    change_requests.add_comment(workspace, CR, "+1", actor=eve)
+    assert len(_inbox_of(workspace, "al")) == 2 and len(_inbox_of(workspace, "ed")) == 2
+
+    change_requests.reject_change_request(workspace, CR, actor=al, reason="wrong source")
+    for name in ("ed", "eve"):
+        latest = _inbox_of(workspace, name)[0]
+        assert (latest.event, latest.actor, latest.cr_id) == ("rejected", "al", CR)
+        assert latest.summary == "al rejected “Fix ages” on demo/people: wrong source"
+    assert [i.event for i in _inbox_of(workspace, "al")] == ["commented", "commented"]
+    assert _inbox_of(workspace, "ada") == []  # an admin who never took part
+
+
+def test_stale_is_told_to_the_author_once_per_conflicting_version(workspace: Catalog) -> None:
+    assert notify.emit_stale(workspace, "demo", "people", CR, []) == 0
+    assert notify.emit_stale(workspace, "demo", "people", CR, [2, 3]) == 1
+    assert notify.emit_stale(workspace, "demo", "people", CR, [3]) == 0  # the review page asks again
+    assert notify.emit_stale(workspace, "demo", "people", CR, [3, 5]) == 1
+    assert [(i.event, i.summary) for i in _inbox_of(workspace, "ed")] == [
+        ("stale", "“Fix ages” on demo/people conflicts with newer commits to main (version 5); "
+         "re-submit it against the current version"),
+        ("stale", "“Fix ages” on demo/people conflicts with newer commits to main (version 3); "
+         "re-submit it against the current version"),
+    ]
+    assert _inbox_of(workspace, "al") == []
+
+
+def test_inbox_counts_and_mark_read(workspace: Catalog) -> None:
+    al = get_user(workspace, "al")
+    _submitted(workspace)
+    _submitted(workspace)
+    notify.emit(workspace, "revised", project="demo", dataset="people", cr_id=CR, actor="ed", extra={"revision": 2})
+    assert notify.unread_count(workspace, al) == 3
+    first = notify.inbox(workspace, al)[-1]
+    assert notify.mark_read(workspace, al, [first.id]) == 1
+    assert notify.unread_count(workspace, al) == 2
+    assert [i.read for i in notify.inbox(workspace, al)] == [False, False, True]
+    assert len(notify.inbox(workspace, al, unread_only=True)) == 2
+    # Nobody marks another user's events read.
+    assert notify.mark_read(workspace, get_user(workspace, "ada")) == 3
+    assert notify.unread_count(workspace, al) == 2
+    assert notify.mark_read(workspace, al) == 2 and notify.unread_count(workspace, al) == 0
+
+
+# ---------------------------------------------------------------- failures, retries, dead endpoints
+
+
+def test_a_failing_endpoint_is_retried_later_and_the_action_still_succeeds(
+    workspace: Catalog, receiver: Receiver
+) -> None:
+    _hook(workspace, receiver.url)
+    receiver.statuses = [500, 503]
+    comment = change_requests.add_comment(workspace, CR, "please check row 7", actor=get_user(workspace, "al"))
+    assert comment.body == "please check row 7"  # the action stands whatever the endpoint does
+
+    now = utcnow()
+    first = notify.drain(workspace, now=now)
+    [failed] = first.failed
+    assert (failed.attempts, failed.last_error) == (1, f"HTTP 500 from {receiver.url}")
+    assert failed.next_attempt_at == now + timedelta(seconds=notify.backoff_s(1))
+    assert notify.drain(workspace, now=now + timedelta(seconds=1)).failed == []  # not due yet
+
+    second = notify.drain(workspace, now=now + timedelta(seconds=31))
+    assert [(d.attempts, d.last_error) for d in second.failed] == [(2, f"HTTP 503 from {receiver.url}")]
+    assert second.failed[0].next_attempt_at == now + timedelta(seconds=31 + notify.backoff_s(2))
+
+    third = notify.drain(workspace, now=now + timedelta(seconds=31 + 60))
+    assert [d.attempts for d in third.sent] == [3]
+    bodies = [r.body for r in receiver.received]
+    assert len(bodies) == 3 and len(set(bodies)) == 1  # the same bytes, so the same signature, every attempt
+    assert json.loads(bodies[0])["comment"] == "please check row 7"
+    [hook] = notify.list_webhooks(workspace, "demo", actor=get_user(workspace, "ada"))
+    assert (hook.failing, hook.last_error, hook.pending) == (False, f"HTTP 503 from {receiver.url}", 0)
+    assert hook.last_success_at is not None
+
+
+def test_a_dead_endpoint_is_marked_failing_with_its_last_error(workspace: Catalog, capsys: Any) -> None:
+    dead_url = f"http://127.0.0.1:{free_port()}/gone"  # nothing listens: connection refused
+    hook = _hook(workspace, dead_url)
+    _submitted(workspace)
+    now = utcnow()
+    for attempt in range(1, notify.MAX_ATTEMPTS + 1):
+        report = notify.drain(workspace, now=now)
+        if attempt < notify.MAX_ATTEMPTS:
+            assert [d.attempts for d in report.failed] == [attempt] and report.dead == []
+            now = report.failed[0].next_attempt_at or now
+        else:
+            assert report.failed == [] and [d.attempts for d in report.dead] == [notify.MAX_ATTEMPTS]
+    assert notify.drain(workspace, now=now + timedelta(days=1)).failed == []  # dead: never tried again
+
+    [failing] = notify.failing_webhooks(workspace, ["demo"])
+    assert failing.id == hook.id and failing.last_error is not None and "ConnectError" in failing.last_error
+    [dead] = notify.dead_deliveries(workspace, ["demo"])
+    assert (dead.target, dead.event, dead.cr_id, dead.state) == (hook.id, "submitted", CR, "dead")
+    assert notify.dead_deliveries(workspace, ["other"]) == []
+
+    listed = run(capsys, "webhook", "list", "demo")
+    assert listed.code == 0 and f"{hook.id}  FAILING  {dead_url}" in listed.out and "ConnectError" in listed.out
+    doc = run(capsys, "--json", "webhook", "list", "demo").json()
+    assert [(w["id"], w["failing"], w["dead"]) for w in doc["webhooks"]] == [(hook.id, True, 1)]
+    assert SECRET not in listed.out and SECRET not in json.dumps(doc)
+
+
+def test_a_failure_to_enqueue_is_logged_and_the_action_still_succeeds(
+    workspace: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    with workspace.engine.begin() as connection:
+        connection.execute(text("DROP TABLE notify_inbox"))
+    with caplog.at_level(logging.WARNING, logger="core.notify"):
+        comment = change_requests.add_comment(workspace, CR, "still saved", actor=get_user(workspace, "al"))
+    assert comment.body == "still saved"
+    assert [c.body for c in change_requests.comments(workspace, CR, actor=get_user(workspace, "ed"))] == ["still saved"]
+    assert any("could not queue the commented notification" in r.getMessage() for r in caplog.records)
+    assert _outbox(workspace) == []  # the whole enqueue rolled back, nothing half-written
+
+
+def test_two_drainers_never_send_a_delivery_twice(workspace: Catalog, receiver: Receiver) -> None:
+    _hook(workspace, receiver.url)
+    for _ in range(12):
+        _submitted(workspace)
+    reports: list[notify.DrainReport] = []
+    threads = [threading.Thread(target=lambda: reports.append(notify.drain(workspace))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(len(r.sent) for r in reports) == 12
+    ids = [r.headers["x-oreo-delivery"] for r in receiver.received]
+    assert len(ids) == 12 and len(set(ids)) == 12
+
+
+def test_the_background_drainer_sends_without_being_asked(workspace: Catalog, receiver: Receiver) -> None:
+    _hook(workspace, receiver.url)
+    thread = notify.start_background_drainer(workspace, interval=0.1)
+    try:
+        assert notify.start_background_drainer(workspace, interval=0.1) is thread  # one per process
+        _submitted(workspace)
+        wait_for(lambda: receiver.received, timeout=30, what="the background drainer's POST")
+    finally:
+        notify.stop_background_drainer()
+    assert not thread.is_alive()
+    assert receiver.received[0].json()["event"] == "submitted"
+
+
+def test_a_wrong_smtp_password_is_a_failed_delivery(
+    workspace: Catalog, smtp: Mailbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OREO_SMTP_PASSWORD", "wrong")
+    get_settings.cache_clear()
+    _submitted(workspace)
+    [failed] = notify.drain(workspace).failed
+    assert failed.channel == "email" and "SMTPAuthenticationError" in (failed.last_error or "")
+    assert smtp.messages == []
+
+
+# ---------------------------------------------------------------- managing webhooks
+
+
+def test_webhooks_are_managed_by_project_admins_only(workspace: Catalog) -> None:
+    with pytest.raises(PermissionDenied, match="admin role"):
+        notify.add_webhook(workspace, "demo", "https://hooks.example.test/x", SECRET, actor=get_user(workspace, "al"))
+    with pytest.raises(NotFound, match="unknown project 'nope'"):
+        notify.add_webhook(workspace, "nope", "https://hooks.example.test/x", SECRET, actor=get_user(workspace, "ada"))
+    for url in ("ftp://example.test/x", "hooks.example.test/x", "http://", ""):
+        with pytest.raises(InvalidInput, match="bad webhook URL"):
+            notify.add_webhook(workspace, "demo", url, SECRET, actor=get_user(workspace, "ada"))
+    with pytest.raises(InvalidInput, match="secret is empty"):
+        notify.add_webhook(workspace, "demo", "https://hooks.example.test/x", "  ", actor=get_user(workspace, "ada"))
+    with workspace.session() as s:
+        assert s.scalars(select(WebhookRow)).all() == []
+
+
+def test_removing_a_webhook_drops_its_pending_deliveries(workspace: Catalog) -> None:
+    ada = get_user(workspace, "ada")
+    hook = _hook(workspace, "https://hooks.example.test/x")
+    _submitted(workspace)
+    assert [r.channel for r in _outbox(workspace)] == ["webhook"]
+    notify.remove_webhook(workspace, "demo", hook.id, actor=ada)
+    assert _outbox(workspace) == [] and notify.list_webhooks(workspace, "demo", actor=ada) == []
+    with pytest.raises(NotFound, match="has no webhook"):
+        notify.remove_webhook(workspace, "demo", hook.id, actor=ada)
+
+
+def test_cli_webhook_add_list_remove_and_drain(
+    workspace: Catalog, receiver: Receiver, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(SECRET + "\n"))
+    added = run(capsys, "webhook", "add", "demo", receiver.url, "--secret-stdin", "--as", "ada")
+    assert added.code == 0 and added.err == ""
+    hook_id = added.out.strip()
+    with workspace.session() as s:
+        row = s.get(WebhookRow, hook_id)
+        assert row is not None and row.secret == SECRET  # kept as given: it signs every delivery
+
+    listed = run(capsys, "--json", "webhook", "list", "demo")
+    assert [w["id"] for w in listed.json()["webhooks"]] == [hook_id]
+
+    _submitted(workspace)
+    drained = run(capsys, "notify", "drain", "--json")
+    assert drained.code == 0
+    doc = drained.json()
+    assert [(d["channel"], d["target"], d["event"]) for d in doc["sent"]] == [("webhook", hook_id, "submitted")]
+    assert doc["failed"] == [] and doc["dead"] == []
+    assert run(capsys, "notify", "drain").out.strip() == "nothing due"
+    post = receiver.received[0]
+    assert post.headers["x-oreo-signature"] == notify.sign(SECRET, post.body)
+
+    removed = run(capsys, "webhook", "remove", "demo", hook_id)
+    assert removed.code == 0 and hook_id in removed.out
+    assert run(capsys, "--json", "webhook", "list", "demo").json()["webhooks"] == []
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (["webhook", "add", "demo", "not a url", "--secret-stdin", "--as", "ada"], "s\n", "bad webhook URL"),
+        (["webhook", "add", "nope", "https://h.example.test/", "--secret-stdin"], "s\n", "unknown project 'nope'"),
+        (["webhook", "add", "demo", "https://h.example.test/", "--secret-stdin", "--as", "al"], "s\n", "admin role"),
+        (["webhook", "add", "demo", "https://h.example.test/"], "s\n", "--secret-stdin"),
+        (["webhook", "add", "demo", "https://h.example.test/", "--secret-stdin"], "", "secret is empty"),
+        (["webhook", "list", "demo", "--as", "eve"], "", "admin role"),
+        (["webhook", "remove", "demo", "wh_0000000000000000"], "", "has no webhook"),
+    ],
+)
+def test_cli_webhook_errors_are_one_line_and_write_nothing(
+    workspace: Catalog, capsys: Any, monkeypatch: pytest.MonkeyPatch, args: list[str], stdin: str, message: str
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert_one_error_line(run(capsys, *args), message)
+    with workspace.session() as s:
+        assert s.scalars(select(WebhookRow)).all() == [] and s.scalars(select(InboxRow)).all() == []
+
+
+def test_a_delivery_whose_webhook_vanished_dies_at_once(workspace: Catalog) -> None:
+    hook = _hook(workspace, "https://hooks.example.test/x")
+    _submitted(workspace)
+    with workspace.session() as s:  # as if removed while a drainer held the delivery
+        s.delete(s.get(WebhookRow, hook.id))
+    [dead] = notify.drain(workspace).dead
+    assert (dead.attempts, dead.last_error) == (1, "the webhook was removed")

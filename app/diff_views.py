@@ -10,8 +10,10 @@ The table is read-only HTML (``st.html``; ``st.data_editor`` cannot style a cell
 - an inserted row shows whole, in green; a deleted row whole, in red.
 
 Every value is escaped with ``html.escape``. Every cell carries a stable identity,
-``data-row-id`` and ``data-column`` (and an ``id`` built from them), so later features
-(comments beside a cell) can find it.
+``data-row-id`` and ``data-column`` (and an ``id`` built from them). A cell someone
+commented on (a change request's cell comments, ``notes``) carries a speech-bubble marker
+(``.oreo-note``, an inline SVG: no emoji font needed) whose tooltip is the comments, and
+the class ``oreo-commented``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ ROWS_PAGE = 50
 KIND_LABELS = {"update": "updated", "insert": "inserted", "delete": "deleted"}
 FORMATS: dict[str, ExportFormat] = {"CSV": "csv", "Parquet": "parquet"}
 MIMES = {"csv": "text/csv", "parquet": "application/vnd.apache.parquet"}
+
+# Comments on cells: (row_id, column) -> "author: text" lines.
+Notes = Mapping[tuple[str, str], list[str]]
 
 # Fetch one page: (kinds, columns, limit, offset) -> page. Export the whole diff: (out, format, kinds, columns) -> rows.
 Fetch = Callable[[list[str] | None, list[str] | None, int, int], RowDiffPage]
@@ -63,6 +68,8 @@ table.oreo-diff del { background: #ffd7d5; color: #82071e; text-decoration: line
 table.oreo-diff ins { background: #fff3b0; color: #3b2e00; text-decoration: none; font-weight: 600;
   padding: 0 3px; border-radius: 3px; }
 table.oreo-diff .oreo-arrow { color: #57606a; padding: 0 4px; }
+table.oreo-diff td.oreo-commented { outline: 2px solid #0969da; outline-offset: -2px; }
+table.oreo-diff .oreo-note { cursor: help; margin-left: 6px; color: #0969da; vertical-align: middle; }
 </style>
 """
 
@@ -81,23 +88,41 @@ def _value(value: str | None, column: str, types: Mapping[str, str]) -> str:
     return html.escape(display_value(value, types.get(column)))
 
 
-def _cell(row: RowChange, column: str, types: Mapping[str, str]) -> str:
+# A speech bubble (16 px, currentColor) with the number-free look of a comment icon.
+_BUBBLE = (
+    '<svg width="16" height="16" viewBox="0 0 24 24" aria-hidden="true" style="display:inline-block">'
+    '<path fill="currentColor" d="M4 3h16a2 2 0 0 1 2 2v11a2 2 0 0 1-2 2H9l-5 4v-4H4a2 2 0 0 1-2-2V5a2 '
+    '2 0 0 1 2-2zm3 6v2h10V9H7zm0-3v2h10V6H7zm0 6v2h7v-2H7z"/></svg>'
+)
+
+
+def _note(row_id: str, column: str, notes: Notes) -> tuple[str, str]:
+    """The extra class and the comment marker (its tooltip: every comment on the cell) of a commented cell."""
+    lines = notes.get((row_id, column))
+    if not lines:
+        return "", ""
+    title = html.escape("\n".join(lines), quote=True)
+    return " oreo-commented", f'<span class="oreo-note" title="{title}" aria-label="{title}">{_BUBBLE}</span>'
+
+
+def _cell(row: RowChange, column: str, types: Mapping[str, str], notes: Notes | None = None) -> str:
     """One ``<td>`` of ``row``: a changed cell old → new, a whole-row value, an identifying value, or blank."""
     attrs = _cell_attrs(row.row_id, column)
     cells = {c.column: c for c in row.cells}
+    extra, marker = _note(row.row_id, column, notes or {})
     if row.kind == "insert":
-        return f'<td {attrs} class="oreo-new">{_value(cells[column].new, column, types)}</td>'
+        return f'<td {attrs} class="oreo-new{extra}">{_value(cells[column].new, column, types)}{marker}</td>'
     if row.kind == "delete":
-        return f'<td {attrs} class="oreo-old">{_value(cells[column].old, column, types)}</td>'
+        return f'<td {attrs} class="oreo-old{extra}">{_value(cells[column].old, column, types)}{marker}</td>'
     if column in cells:
         change = cells[column]
         return (
-            f'<td {attrs} class="oreo-changed"><del>{_value(change.old, column, types)}</del>'
-            f'<span class="oreo-arrow">→</span><ins>{_value(change.new, column, types)}</ins></td>'
+            f'<td {attrs} class="oreo-changed{extra}"><del>{_value(change.old, column, types)}</del>'
+            f'<span class="oreo-arrow">→</span><ins>{_value(change.new, column, types)}</ins>{marker}</td>'
         )
     if column in row.labels:
-        return f'<td {attrs} class="oreo-same">{_value(row.labels[column], column, types)}</td>'
-    return f'<td {attrs} class="oreo-blank"></td>'
+        return f'<td {attrs} class="oreo-same{extra}">{_value(row.labels[column], column, types)}{marker}</td>'
+    return f'<td {attrs} class="oreo-blank{extra}">{marker}</td>'
 
 
 def shown_columns(page: RowDiffPage) -> list[str]:
@@ -107,22 +132,26 @@ def shown_columns(page: RowDiffPage) -> list[str]:
     return [*page.label_columns, *rest]
 
 
-def rows_html(page: RowDiffPage, types: Mapping[str, str], *, key_name: str = "row_id") -> str:
+def rows_html(
+    page: RowDiffPage, types: Mapping[str, str], *, key_name: str = "row_id", notes: Notes | None = None
+) -> str:
     """One page of the row diff as an HTML table (every value escaped).
 
     The key column is headed ``key_name`` (the dataset's key column, whose values are the
-    row ids, is shown once, as the key).
+    row ids, is shown once, as the key). ``notes``: comments shown beside their cells.
     """
+    notes = notes or {}
     columns = [c for c in shown_columns(page) if c != key_name]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in ["change", key_name, *columns])
     body = []
     for row in page.rows:
-        cells = "".join(_cell(row, c, types) for c in columns)
+        cells = "".join(_cell(row, c, types, notes) for c in columns)
         rid = html.escape(row.row_id)
+        extra, marker = _note(row.row_id, key_name, notes)
         body.append(
             f'<tr class="oreo-{row.kind}" data-row-id="{rid}" data-kind="{row.kind}">'
             f'<td class="oreo-kind">{KIND_LABELS[row.kind]}</td>'
-            f'<td {_cell_attrs(row.row_id, key_name)} class="oreo-key">{rid}</td>{cells}</tr>'
+            f'<td {_cell_attrs(row.row_id, key_name)} class="oreo-key{extra}">{rid}{marker}</td>{cells}</tr>'
         )
     return (
         f'{_STYLE}<div class="oreo-diff-wrap"><table class="oreo-diff"><thead><tr>{head}</tr></thead>'
@@ -173,11 +202,12 @@ def row_diff_view(
     types: Mapping[str, str] | None = None,
     key_name: str = "row_id",
     page_size: int = ROWS_PAGE,
+    notes: Notes | None = None,
 ) -> RowDiffPage:
     """The whole view: summary, filters, a page of rows, paging and downloads. Returns the page shown.
 
     ``signature`` names what is compared; another one starts again at page 1 with no filter.
-    Widget keys all start with ``key``.
+    Widget keys all start with ``key``. ``notes``: cell comments shown beside their cells.
     """
     types = types or {}
     kinds_key, columns_key, page_key = f"{key}_kinds", f"{key}_columns", f"{key}_page"
@@ -223,13 +253,20 @@ def row_diff_view(
         placeholder="Any column",
         help="Only rows whose value changes in one of these columns",
     )
-    _table(page, page_no, page_size, types, key=key, key_name=key_name)
+    _table(page, page_no, page_size, types, key=key, key_name=key_name, notes=notes)
     _downloads(export, kinds, chosen, key=key, file_stem=file_stem)
     return page
 
 
 def _table(
-    page: RowDiffPage, page_no: int, page_size: int, types: Mapping[str, str], *, key: str, key_name: str
+    page: RowDiffPage,
+    page_no: int,
+    page_size: int,
+    types: Mapping[str, str],
+    *,
+    key: str,
+    key_name: str,
+    notes: Notes | None = None,
 ) -> None:
     if page.total == 0:
         st.info("No changed row matches these filters.", icon=":material/filter_alt_off:")
@@ -238,7 +275,7 @@ def _table(
     first = (page_no - 1) * page_size + 1
     st.caption(f"Rows **{first:,}–{first + len(page.rows) - 1:,}** of **{page.total:,}** changed row(s)")
     with st.container(key=f"{key}_rows"):
-        st.html(rows_html(page, types, key_name=key_name))
+        st.html(rows_html(page, types, key_name=key_name, notes=notes))
     if num_pages > 1:
         st.pagination(num_pages, key=f"{key}_page", max_visible_pages=9)
 
@@ -270,8 +307,14 @@ def change_request_rows(
     key: str,
     types: Mapping[str, str] | None = None,
     key_column: str | None = None,
+    notes: Notes | None = None,
+    revision: int = 1,
 ) -> RowDiffPage:
-    """A change request's row diff (Review, History's change-request panel); ``key_column``: the dataset's key."""
+    """A change request's row diff (Review, History's change-request panel); ``key_column``: the dataset's key.
+
+    ``notes``: its cell comments, shown beside their cells; ``revision``: the one shown (a new
+    revision starts again at page 1).
+    """
 
     def fetch(kinds: list[str] | None, columns: list[str] | None, limit: int, offset: int) -> RowDiffPage:
         return change_requests.row_diff_change_request(
@@ -284,8 +327,8 @@ def change_request_rows(
         )
 
     return row_diff_view(
-        fetch, export, key=key, signature=cr_id, file_stem=f"change-request-{cr_id}", types=types,
-        key_name=key_column or "row_id",
+        fetch, export, key=key, signature=(cr_id, revision), file_stem=f"change-request-{cr_id}", types=types,
+        key_name=key_column or "row_id", notes=notes,
     )  # fmt: skip
 
 

@@ -20,22 +20,43 @@ if TYPE_CHECKING:
 TIMELINE_COLUMNS = [
     "version",
     "time",
-    "operation",
+    "kind",
     "actor",
-    "change request",
     "title",
+    "details",
     "inserted",
     "updated",
     "deleted",
+    "operation",
+    "change request",
     "restorable",
 ]
 _GREY = "color: #9a9a9a; background-color: #f3f3f3"
+KINDS = ("change request", "import", "create", "restore", "maintenance", "other")
 
 
 def version_label(version: Version) -> str:
     """One line per version for pickers: number, operation, time and request title when there is one."""
     title = f" · {version.cr_title}" if version.cr_title else ""
     return f"v{version.version} · {version.operation} · {version.timestamp:%Y-%m-%d %H:%M}{title}"
+
+
+def version_details(version: Version) -> str:
+    """What a version did beyond its row counts: a restore's target, reason and rows; a maintenance run."""
+    if version.kind == "restore":
+        parts = [f"restored to v{version.restored_to}" if version.restored_to is not None else "restore"]
+        if version.reason:
+            parts.append(f"reason: {version.reason}")
+        added, removed = version.metrics.get("rows_added"), version.metrics.get("rows_removed")
+        if added is not None and removed is not None:
+            parts.append(f"{added:,} row(s) brought back, {removed:,} taken out")
+        files = version.metrics.get("numRestoredFiles"), version.metrics.get("numRemovedFiles")
+        if None not in files:
+            parts.append(f"files: {files[0]:,} restored, {files[1]:,} removed")
+        return " · ".join(parts)
+    if version.kind == "maintenance":
+        return f"maintenance ({version.operation.lower()}): no row changed"
+    return version.reason or ""
 
 
 def timeline_frame(versions: list[Version]) -> pd.DataFrame:
@@ -45,6 +66,7 @@ def timeline_frame(versions: list[Version]) -> pd.DataFrame:
             {
                 "version": v.version,
                 "time": v.timestamp,
+                "kind": v.kind,
                 "operation": v.operation,
                 "actor": v.actor or "",
                 "change request": v.cr_id or "",
@@ -52,6 +74,7 @@ def timeline_frame(versions: list[Version]) -> pd.DataFrame:
                 "inserted": int(v.metrics.get("rows_inserted", 0)),
                 "updated": int(v.metrics.get("rows_updated", 0)),
                 "deleted": int(v.metrics.get("rows_deleted", 0)),
+                "details": version_details(v),
                 "restorable": "yes" if v.restorable else f"no: {v.not_restorable_reason or 'not restorable'}",
             }
             for v in versions
@@ -70,32 +93,42 @@ def timeline_styled(frame: pd.DataFrame) -> Styler:
 
 
 def activity_chart(versions: list[Version]) -> alt.Chart:
-    """Commits per day, stacked by operation; the tooltip adds the rows they changed."""
+    """Commits per day on a real date axis, stacked by kind (change request, import, restore,
+    maintenance, ...); the tooltip adds the rows they changed."""
     metrics = ("rows_inserted", "rows_updated", "rows_deleted")
     frame = pd.DataFrame(
         [
             {
                 "day": pd.Timestamp(v.timestamp.date()),
-                "operation": v.operation,
+                "kind": v.kind,
                 "rows changed": sum(int(v.metrics.get(k, 0)) for k in metrics),
             }
             for v in versions
         ],
-        columns=["day", "operation", "rows changed"],
+        columns=["day", "kind", "rows changed"],
     )
-    daily = frame.groupby(["day", "operation"], as_index=False).agg(
-        commits=("operation", "size"), rows_changed=("rows changed", "sum")
+    daily = frame.groupby(["day", "kind"], as_index=False).agg(
+        commits=("kind", "size"), rows_changed=("rows changed", "sum")
     )
+    # At least two weeks of axis, so a young table's one or two days are bars, not the whole width.
+    last = daily["day"].max() if len(daily) else pd.Timestamp.now().normalize()
+    first = min(daily["day"].min() if len(daily) else last, last - pd.Timedelta(days=13))
+    domain = [first.isoformat(), (last + pd.Timedelta(days=1)).isoformat()]
     return (
         alt.Chart(daily)
         .mark_bar()
         .encode(
-            x=alt.X("yearmonthdate(day):T", title="Day"),
+            x=alt.X(
+                "yearmonthdate(day):T",
+                title="Day",
+                scale=alt.Scale(domain=domain),
+                axis=alt.Axis(format="%b %d", labelAngle=0, tickCount="day"),
+            ),
             y=alt.Y("commits:Q", title="Commits", axis=alt.Axis(tickMinStep=1)),
-            color=alt.Color("operation:N", title="Operation"),
+            color=alt.Color("kind:N", title="Kind", sort=list(KINDS)),
             tooltip=[
                 alt.Tooltip("yearmonthdate(day):T", title="Day"),
-                alt.Tooltip("operation:N", title="Operation"),
+                alt.Tooltip("kind:N", title="Kind"),
                 alt.Tooltip("commits:Q", title="Commits"),
                 alt.Tooltip("rows_changed:Q", title="Rows changed"),
             ],

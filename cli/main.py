@@ -623,6 +623,7 @@ def _cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
         "kind": cr.kind,
         "schema_changes": [c.to_json() for c in cr.schema_changes],
         "stages": [t.to_json() for t in cr.stages],
+        "revision": cr.revision,
     }
 
 
@@ -774,20 +775,28 @@ def cr_show(
                 break
     conflicts = merge.find_conflicts(catalog, cr_id, actor=actor)
     run = change_requests.validation_for(catalog, cr_id, actor=actor)
+    thread = change_requests.comments(catalog, cr_id, actor=actor)
+    revisions = change_requests.revisions(catalog, cr_id, actor=actor)
+    states = change_requests.state_history(catalog, cr_id, actor=actor)
     doc = {
         **_cr_doc(cr),
         "changes": [c.to_json() for c in changes],
         "total": total,
         "validation": _validation_doc(run),
         "conflicts": [c.to_json() for c in conflicts],
+        "thread": [c.to_json() for c in thread],
+        "revisions": [r.to_json() for r in revisions],
+        "state_history": [h.to_json() for h in states],
     }
     lines = [
         f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
-        f"(base v{cr.base_version}); validation {cr.validation_status}; {len(conflicts)} conflict(s)"
+        f"(base v{cr.base_version}, revision {cr.revision}); validation {cr.validation_status}; "
+        f"{len(conflicts)} conflict(s)"
     ]
     if cr.stages:
         lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
+    lines += _thread_lines(thread, revisions, states)
     if rows:
         page = rows_cli.all_rows(
             lambda size, skip: change_requests.row_diff_change_request(
@@ -855,6 +864,77 @@ def cr_resubmit(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="T
     emit(
         doc,
         f"change request {cr_id} re-submitted as {cr.id} (base v{cr.base_version}); validation {cr.validation_status}",
+    )
+
+
+def _thread_lines(
+    thread: list[change_requests.Comment],
+    revisions: list[change_requests.Revision],
+    states: list[change_requests.StateChange],
+) -> list[str]:
+    lines = ["thread:" if thread else "thread: no comments"]
+    for c in thread:
+        cell = f" on row {c.row_id} · {c.column}" if c.row_id is not None else ""
+        lines.append(f"  {c.ts:%Y-%m-%d %H:%M:%S} {c.author}{cell}: {c.body}")
+    lines.append("revisions:")
+    lines += [
+        f"  {r.number}  {r.staged_at:%Y-%m-%d %H:%M:%S}  base v{r.base_version}  {r.rows} row(s), {r.cells} cell(s)  "
+        f"validation {r.validation_status} ({r.validation_run_id})"
+        for r in revisions
+    ]
+    lines.append("states:")
+    lines += [
+        f"  {h.at:%Y-%m-%d %H:%M:%S} {h.state:<17} by {h.actor}"
+        + (f" (revision {h.revision})" if h.revision else "")
+        + (f": {h.note}" if h.note else "")
+        for h in states
+    ]
+    return lines
+
+
+@cr_app.command("comment")
+def cr_comment(
+    cr_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The commenting user (any member of the project).")],
+    text: Annotated[str, typer.Option("--text", help="The comment.")],
+    row: Annotated[str | None, typer.Option("--row", help="The changed row (its ROW_ID) the comment is on.")] = None,
+    column: Annotated[str | None, typer.Option("--column", help="The column of that row.")] = None,
+) -> None:
+    """Comment on a change request, or on one cell of its diff (--row and --column)."""
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    comment = change_requests.add_comment(catalog, cr_id, text, actor=actor, row_id=row, column=column)
+    where = f" on row {comment.row_id} · {comment.column}" if comment.row_id is not None else ""
+    emit({"cr_id": cr_id, "comment": comment.to_json()}, f"commented on change request {cr_id}{where}")
+
+
+@cr_app.command("request-changes")
+def cr_request_changes(
+    cr_id: str,
+    as_user: Annotated[str, typer.Option("--as", help="The approver asking (not the author).")],
+    reason: Annotated[str, typer.Option("--reason", help="What to change (shown to the author).")],
+) -> None:
+    """Send an open change request back to its author with a reason; they revise it."""
+    catalog = _catalog()
+    cr = change_requests.request_changes(catalog, cr_id, reason, actor=auth.get_user(catalog, as_user))
+    emit(
+        {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision},
+        f"changes requested on change request {cr.id} (revision {cr.revision})",
+    )
+
+
+@cr_app.command("revise")
+def cr_revise(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
+    """Re-stage a change request from its edited session as its next revision (after changes were requested)."""
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    cr = change_requests.revise_change_request(catalog, cr_id, actor=actor)
+    run = change_requests.validation_for(catalog, cr.id, actor=actor)
+    doc = {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision, "validation": _validation_doc(run)}
+    emit(
+        doc,
+        f"change request {cr.id} revised: revision {cr.revision} ({cr.cells} cell(s), {cr.rows} row(s)); "
+        f"validation {cr.validation_status}",
     )
 
 
@@ -980,6 +1060,9 @@ def history_list(
     dataset_id: str,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many versions (default: all).")] = None,
     offset: Annotated[int, typer.Option("--offset", help="Skip this many of the newest versions.")] = 0,
+    hide_maintenance: Annotated[
+        bool, typer.Option("--hide-maintenance", help="Leave out OPTIMIZE, VACUUM and table property changes.")
+    ] = False,
     as_user: AsUser = None,
 ) -> None:
     """List the versions of a dataset's main table, newest first."""
@@ -987,11 +1070,13 @@ def history_list(
 
     catalog = _catalog()
     page = history.table_history(
-        catalog, project_id, dataset_id, actor=_actor(catalog, as_user), limit=limit, offset=offset
-    )
+        catalog, project_id, dataset_id, actor=_actor(catalog, as_user), limit=limit, offset=offset,
+        hide_maintenance=hide_maintenance,
+    )  # fmt: skip
     lines = [
-        f"v{v.version:<5} {v.timestamp:%Y-%m-%d %H:%M:%S}  {v.operation:<24} {v.actor or '':<12} "
+        f"v{v.version:<5} {v.timestamp:%Y-%m-%d %H:%M:%S}  {v.operation:<24} {v.kind:<15} {v.actor or '':<12} "
         f"{v.cr_id or '':<20} {'restorable' if v.restorable else v.not_restorable_reason}"
+        + (f"  restored to v{v.restored_to}: {v.reason}" if v.kind == "restore" else "")
         for v in page.versions
     ]
     emit({"versions": [v.to_json() for v in page.versions], "total": page.total}, "\n".join(lines))
@@ -1150,11 +1235,31 @@ def maintain_cmd(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow a retention shorter than the restore window.")] = False,
     checkpoint: Annotated[bool, typer.Option("--checkpoint", help="Write a Delta log checkpoint.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="With --vacuum alone: list the files VACUUM would delete, delete nothing.")
+    ] = False,
     as_user: AsUser = None,
 ) -> None:
     """Run OPTIMIZE, VACUUM and/or a checkpoint on a dataset's main table; prints the run's report."""
     from core import maintenance
 
+    if dry_run:
+        if not vacuum or optimize or zorder is not None or checkpoint:
+            raise InvalidInput("--dry-run goes with --vacuum alone", field="dry_run")
+        catalog = _catalog()
+        plan = maintenance.vacuum_dry_run(
+            catalog, project_id, dataset_id, actor=_actor(catalog, as_user), retain_hours=retain_hours
+        )
+        lines = [f"  {f.path}  {f.size_bytes:,} bytes" for f in plan.files]
+        risk = plan.unrestorable_versions
+        lines.append(
+            f"VACUUM retaining {plan.retain_hours:g} hours would delete {len(plan.files):,} file(s), "
+            f"{plan.size_bytes:,} bytes"
+            + (f"; versions {risk[0]}-{risk[1]} would stop being restorable" if risk else "")
+            + " (dry run: nothing deleted)"
+        )
+        emit(plan.to_json(), "\n".join(lines))
+        return
     columns = [c.strip() for c in zorder.split(",")] if zorder is not None else None
     if not (optimize or columns or vacuum or checkpoint):
         raise InvalidInput("nothing to do: choose at least one of --optimize, --zorder, --vacuum, --checkpoint")

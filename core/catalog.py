@@ -149,9 +149,30 @@ class ChangeRequestRow(Base):
     schema_changes: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON list
     # JSON list of {"action", "stage", "seconds"}: how long each submit/approve stage took.
     stages: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # 1 at submit; each ``revise`` after changes were requested adds one (``CRRevisionRow``).
+    revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+
+
+class CRRevisionRow(Base):
+    """One revision of a change request: its staging (``layout.staging(cr_id, revision)``) and validation run."""
+
+    __tablename__ = "cr_revisions"
+
+    cr_id: Mapped[str] = mapped_column(
+        String(63), ForeignKey("change_requests.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True)
+    staged_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    rows: Mapped[int] = mapped_column(Integer)
+    cells: Mapped[int] = mapped_column(Integer)
+    validation_run_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    validation_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    base_version: Mapped[int] = mapped_column(Integer)
 
 
 class CommentRow(Base):
+    """A comment in a change request's thread; ``row_id`` and ``column_name`` set when it is on one cell."""
+
     __tablename__ = "cr_comments"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -159,6 +180,14 @@ class CommentRow(Base):
     author: Mapped[str] = mapped_column(String(63))
     ts: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     body: Mapped[str] = mapped_column(Text)
+    row_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    column_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+@event.listens_for(CommentRow, "before_update")
+@event.listens_for(CommentRow, "before_delete")
+def _comments_are_append_only(mapper: Any, connection: Any, target: CommentRow) -> None:
+    raise EngineError("comments are append-only and cannot be changed or deleted")
 
 
 class WebSessionRow(Base):

@@ -16,7 +16,14 @@ skips files and row groups by their ``row_id`` statistics), and handed to Spark 
 local relation, so a small request costs Spark a write of a few rows, not a scan of
 ``main``. The catalog keeps the request's record and its state machine::
 
-    open -> merged | rejected | withdrawn      (no other transitions)
+    open -> merged | rejected | withdrawn
+    open -> changes_requested -> open (revised) | rejected | withdrawn
+
+An approver asks for changes with a reason (a comment in the request's thread); the
+author edits the request's own session again and revises: the request keeps its id and
+thread and gains a revision (1, 2, ...). Each revision has its own staging table
+(``staging_path``) and validation run, kept until the request closes. Comments can point
+at one cell of the diff (row and column) and, like the audit log, are append-only.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +42,7 @@ from sqlalchemy import select
 
 from core import audit, diff, disk, engine, notify, reads, sessions, validation
 from core.auth import Role, User, require_role
-from core.catalog import Catalog, ChangeRequestRow, CommentRow, utcnow
+from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
 from core.layout import DatasetLayout, new_id, validate_id
@@ -55,11 +62,15 @@ class CRState(enum.StrEnum):
     MERGED = "merged"
     REJECTED = "rejected"
     WITHDRAWN = "withdrawn"
+    CHANGES_REQUESTED = "changes_requested"
 
 
 _TRANSITIONS: dict[CRState, set[CRState]] = {
-    CRState.OPEN: {CRState.MERGED, CRState.REJECTED, CRState.WITHDRAWN},
+    CRState.OPEN: {CRState.MERGED, CRState.REJECTED, CRState.WITHDRAWN, CRState.CHANGES_REQUESTED},
+    CRState.CHANGES_REQUESTED: {CRState.OPEN, CRState.REJECTED, CRState.WITHDRAWN},
 }
+# Not closed yet: the staging tables and the session are kept.
+IN_REVIEW = frozenset({CRState.OPEN, CRState.CHANGES_REQUESTED})
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,7 @@ class ChangeRequest:
     upload_id: str | None = None
     schema_changes: tuple[SchemaChange, ...] = ()
     stages: list[StageTiming] = field(default_factory=list)
+    revision: int = 1
 
 
 @dataclass(frozen=True)
@@ -142,6 +154,49 @@ class Comment:
     author: str
     ts: datetime
     body: str
+    row_id: str | None = None  # set with ``column`` when the comment is on one cell of the diff
+    column: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"author": self.author, "ts": self.ts, "text": self.body, "row_id": self.row_id, "column": self.column}
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One staged revision of a change request (``cr_revisions``)."""
+
+    number: int
+    staged_at: datetime
+    rows: int
+    cells: int
+    validation_run_id: str | None
+    validation_status: str | None
+    base_version: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "revision": self.number,
+            "staged_at": self.staged_at,
+            "rows": self.rows,
+            "cells": self.cells,
+            "validation_run_id": self.validation_run_id,
+            "validation_status": self.validation_status,
+            "base_version": self.base_version,
+        }
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One step of a change request's state history (read from the audit log)."""
+
+    at: datetime
+    actor: str
+    state: str
+    revision: int | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "actor": self.actor, "state": self.state, "revision": self.revision, "note": self.note}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,6 +213,23 @@ class ChangeRequestClosed(audit.AuditEvent):
     cr_id: str
     state: str
     reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangesRequested(audit.AuditEvent):
+    name = "cr_changes_requested"
+    cr_id: str
+    revision: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChangeRequestRevised(audit.AuditEvent):
+    name = "cr_revised"
+    cr_id: str
+    revision: int
+    rows: int
+    cells: int
 
 
 def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
@@ -185,7 +257,13 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
         upload_id=row.upload_id,
         schema_changes=tuple(SchemaChange.from_json(c) for c in json.loads(row.schema_changes or "[]")),
         stages=[StageTiming.from_json(t) for t in json.loads(row.stages or "[]")],
+        revision=row.revision or 1,
     )
+
+
+def staging_path(layout: DatasetLayout, record: ChangeRequest) -> Path:
+    """The staging table of a request's current revision: every reader of staged rows goes through here."""
+    return layout.staging(record.id, record.revision)
 
 
 def _write_staging(
@@ -309,11 +387,17 @@ def submit_change_request(
         InvalidInput: The session has no edits, or the title is too long.
         ConflictError: The session was already submitted.
         EngineError: Spark could not write the staging table (nothing is kept).
+
+    The session of a request whose changes were requested (``sessions.REVISING``) is
+    submitted as that request's next revision (``revise_change_request``).
     """
     info, layout = find_session(catalog, session_id)
     if info.owner != actor.username:
         raise PermissionDenied(f"session {session_id} belongs to {info.owner!r}", user=actor.username)
     require_role(catalog, actor, info.project_id, Role.EDITOR, action="submit a change request")
+    if info.state == sessions.REVISING and info.cr_id is not None:
+        # The session of a request whose changes were requested: submitting it is revising that request.
+        return revise_change_request(catalog, info.cr_id, actor=actor, stage=stage)
     if info.state != "open":
         raise ConflictError(f"session {session_id} was already submitted")
     edits = effective_edits(layout, session_id)
@@ -402,6 +486,7 @@ def record_change_request(
             )
             s.add(row)
             s.flush()
+            s.add(_revision_row(cr_id, 1, rows, cells, run, base_version))
             audit.record(
                 s,
                 ChangeRequestSubmitted(
@@ -419,6 +504,21 @@ def record_change_request(
         raise
     notify.emit(catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author)
     return record
+
+
+def _revision_row(
+    cr_id: str, revision: int, rows: int, cells: int, run: validation.ValidationRun, base_version: int
+) -> CRRevisionRow:
+    return CRRevisionRow(
+        cr_id=cr_id,
+        revision=revision,
+        staged_at=utcnow(),
+        rows=rows,
+        cells=cells,
+        validation_run_id=run.run_id,
+        validation_status=run.status,
+        base_version=base_version,
+    )
 
 
 def validate_change_request(
@@ -481,8 +581,8 @@ def diff_change_request(
         before = diff.Relation(f"SELECT {diff.select_list(columns, present)} {scan}", [main, version - 1])
         after = diff.Relation(f"SELECT * {scan}", [main, version])
         return diff.diff(before, after, columns, limit=limit, offset=offset)
-    staging = layout.staging(cr_id)
-    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+    staging = staging_path(layout, record)
+    if record.state not in IN_REVIEW or not (staging / "_delta_log").is_dir():
         return diff.DiffPage(changes=[], total=0)
     # The staged columns: the table's at the base version, plus any the request adds.
     columns = staged_columns(staging)
@@ -524,8 +624,8 @@ def diff_source(catalog: Catalog, cr_id: str, *, actor: User) -> diff.DiffSource
             columns=columns,
             schema=tuple(diff.schema_deltas(before_schema, after_schema)),
         )
-    staging = layout.staging(cr_id)
-    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+    staging = staging_path(layout, record)
+    if record.state not in IN_REVIEW or not (staging / "_delta_log").is_dir():
         return None
     columns = staged_columns(staging)
     base_schema = reads.table_schema(layout.main, record.base_version)
@@ -662,9 +762,10 @@ def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: st
 
 
 def remove_leftovers(record: ChangeRequest) -> None:
-    """Delete a closed request's staging table and session (seed 002 section 8.C)."""
+    """Delete a closed request's staging tables (every revision's) and session (seed 002 section 8.C)."""
     layout = layout_for(record.project_id, record.dataset_id)
-    shutil.rmtree(layout.staging(record.id), ignore_errors=True)
+    for revision in range(1, record.revision + 1):
+        shutil.rmtree(layout.staging(record.id, revision), ignore_errors=True)
     if record.session_id:
         shutil.rmtree(layout.session_dir(record.session_id), ignore_errors=True)
 
@@ -686,28 +787,250 @@ def reject_change_request(catalog: Catalog, cr_id: str, *, actor: User, reason: 
     return _close(catalog, cr_id, CRState.REJECTED, actor=actor, reason=reason.strip())
 
 
-def add_comment(catalog: Catalog, cr_id: str, body: str, *, actor: User) -> Comment:
-    """Comment on a change request (any member of its project)."""
+def add_comment(
+    catalog: Catalog,
+    cr_id: str,
+    body: str,
+    *,
+    actor: User,
+    row_id: str | None = None,
+    column: str | None = None,
+) -> Comment:
+    """Comment on a change request (anyone who can read its dataset), on one cell with ``row_id`` and ``column``.
+
+    Raises:
+        InvalidInput: An empty comment; a row that is not one of the request's changed rows,
+            or a column its staged rows do not have; only one of ``row_id`` and ``column``.
+    """
     comment_on = get_change_request(catalog, cr_id, actor=actor)
     if not body.strip():
         raise InvalidInput("a comment cannot be empty", field="comment")
+    if row_id is not None or column is not None:
+        _check_cell(comment_on, row_id, column)
     with catalog.session() as s:
-        row = CommentRow(cr_id=cr_id, author=actor.username, body=body.strip())
+        row = CommentRow(cr_id=cr_id, author=actor.username, body=body.strip(), row_id=row_id, column_name=column)
         s.add(row)
         s.flush()
-        comment = Comment(row.author, row.ts, row.body)
+        comment = _comment(row)
     notify.emit(
         catalog, "commented", project=comment_on.project_id, dataset=comment_on.dataset_id, cr_id=cr_id,
-        actor=actor.username, extra={"comment": comment.body},
+        actor=actor.username, extra={"comment": comment.body, "row_id": row_id, "column": column},
     )
     return comment
 
 
+def _check_cell(record: ChangeRequest, row_id: str | None, column: str | None) -> None:
+    """Refuse a cell that is not in the request's current revision: its row must be staged, its column exist."""
+    if row_id is None or column is None:
+        missing = "row" if row_id is None else "column"
+        raise InvalidInput("a comment on a cell needs both a row and a column", field=missing)
+    staging = staging_path(layout_for(record.project_id, record.dataset_id), record)
+    if record.state not in IN_REVIEW or not (staging / "_delta_log").is_dir():
+        raise InvalidInput(
+            f"change request {record.id} is {record.state.value}: its rows can no longer be commented on", field="row"
+        )
+    columns = staged_columns(staging)
+    if column not in columns:
+        raise InvalidInput(f"change request {record.id} has no column {column!r}", field="column")
+    found = reads.cursor().execute("SELECT count(*) FROM delta_scan(?) WHERE row_id = ?", [str(staging), row_id])
+    if not found.fetchone()[0]:  # type: ignore[index]
+        raise InvalidInput(f"row {row_id!r} is not one of the rows change request {record.id} changes", field="row")
+
+
+def _comment(row: CommentRow) -> Comment:
+    return Comment(row.author, row.ts, row.body, row.row_id, row.column_name)
+
+
 def comments(catalog: Catalog, cr_id: str, *, actor: User) -> list[Comment]:
+    """A change request's thread, oldest first."""
     get_change_request(catalog, cr_id, actor=actor)
     with catalog.session() as s:
         rows = s.scalars(select(CommentRow).where(CommentRow.cr_id == cr_id).order_by(CommentRow.id))
-        return [Comment(r.author, r.ts, r.body) for r in rows]
+        return [_comment(r) for r in rows]
+
+
+def revisions(catalog: Catalog, cr_id: str, *, actor: User) -> list[Revision]:
+    """A change request's revisions, first to current."""
+    get_change_request(catalog, cr_id, actor=actor)
+    with catalog.session() as s:
+        rows = s.scalars(select(CRRevisionRow).where(CRRevisionRow.cr_id == cr_id).order_by(CRRevisionRow.revision))
+        return [
+            Revision(
+                r.revision, r.staged_at, r.rows, r.cells, r.validation_run_id, r.validation_status, r.base_version
+            )
+            for r in rows
+        ]
+
+
+_STATE_EVENTS = ("cr_submitted", ChangesRequested.name, ChangeRequestRevised.name, "cr_closed", "cr_merged")
+
+
+def state_history(catalog: Catalog, cr_id: str, *, actor: User) -> list[StateChange]:
+    """How a change request's state moved, oldest first, from the audit log."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    with catalog.session() as s:
+        events = s.scalars(
+            select(AuditEventRow)
+            .where(
+                AuditEventRow.name.in_(_STATE_EVENTS),
+                AuditEventRow.project_id == record.project_id,
+                AuditEventRow.dataset_id == record.dataset_id,
+                AuditEventRow.ts >= record.created_at - timedelta(minutes=1),
+            )
+            .order_by(AuditEventRow.id)
+        ).all()
+        found = [(e.ts, e.actor, e.name, dict(e.details)) for e in events if e.details.get("cr_id") == cr_id]
+    history = []
+    for at, who, name, details in found:
+        if name == "cr_submitted":
+            history.append(StateChange(at, who, CRState.OPEN.value, 1))
+        elif name == ChangesRequested.name:
+            requested = CRState.CHANGES_REQUESTED.value
+            history.append(StateChange(at, who, requested, details.get("revision"), details.get("reason")))
+        elif name == ChangeRequestRevised.name:
+            history.append(StateChange(at, who, CRState.OPEN.value, details.get("revision"), "revised"))
+        elif name == "cr_merged":
+            history.append(StateChange(at, who, CRState.MERGED.value, None, f"version {details.get('version')}"))
+        else:
+            history.append(StateChange(at, who, str(details.get("state")), None, details.get("reason")))
+    return history
+
+
+def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -> ChangeRequest:
+    """An approver (not the author) sends an open request back to its author, with a reason.
+
+    The reason goes into the thread; the request's session can be edited again (``revise``).
+
+    Raises:
+        PermissionDenied: ``actor`` is not an approver of the project, or wrote the request.
+        InvalidInput: No reason.
+        ConflictError: The request is not open, or an approval of it is running or landed.
+    """
+    from core import merge  # merge builds on this module
+
+    record = get_change_request(catalog, cr_id, actor=actor)
+    require_role(catalog, actor, record.project_id, Role.APPROVER, action="request changes on a change request")
+    if record.author == actor.username:
+        raise PermissionDenied(
+            f"{actor.username!r} wrote change request {cr_id} and cannot request changes on it", user=actor.username
+        )
+    if not reason or not reason.strip():
+        raise InvalidInput("a reason is required to request changes", field="reason")
+    if record.state != CRState.OPEN:
+        raise ConflictError(
+            f"change request {cr_id} is {record.state.value}; changes can only be requested on an open request"
+        )
+    if merge.approval_state(catalog, cr_id, actor=actor).state in ("running", "landed"):
+        raise ConflictError(f"change request {cr_id} is being merged; changes can no longer be requested")
+    reason = reason.strip()
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, cr_id)
+        if row is None or row.state != CRState.OPEN.value:
+            raise ConflictError(f"change request {cr_id} is no longer open")
+        row.state = CRState.CHANGES_REQUESTED.value
+        row.updated_at = utcnow()
+        s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason))
+        audit.record(
+            s,
+            ChangesRequested(
+                actor=actor.username,
+                project_id=record.project_id,
+                dataset_id=record.dataset_id,
+                cr_id=cr_id,
+                revision=record.revision,
+                reason=reason,
+            ),
+        )
+        updated = record_from_row(row)
+    layout = layout_for(record.project_id, record.dataset_id)
+    if record.session_id and layout.session_metadata(record.session_id).is_file():
+        sessions.mark_revising(layout, record.session_id)
+    notify.emit(
+        catalog, "changes_requested", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+        actor=actor.username, extra={"reason": reason},
+    )
+    return updated
+
+
+def revise_change_request(
+    catalog: Catalog, cr_id: str, *, actor: User, stage: StageHook | None = None
+) -> ChangeRequest:
+    """The author re-submits a request whose changes were requested, from its (edited) session.
+
+    The session's edits are staged again as the next revision (its own staging table) and
+    validated; the request is open again with the same id and thread. Earlier revisions'
+    staging tables stay until the request closes.
+
+    Raises:
+        PermissionDenied: ``actor`` is not the author.
+        ConflictError: No changes were requested; an import request (it has no session).
+        NotFound: The request's session is gone.
+        InvalidInput: The session has no edits.
+        EngineError: Spark could not write the staging table (nothing is kept).
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.author != actor.username:
+        raise PermissionDenied(f"only the author {record.author!r} can revise {cr_id}", user=actor.username)
+    require_role(catalog, actor, record.project_id, Role.EDITOR, action="revise a change request")
+    if record.state != CRState.CHANGES_REQUESTED:
+        raise ConflictError(
+            f"change request {cr_id} is {record.state.value}; only a request with changes requested can be revised"
+        )
+    if record.session_id is None:
+        raise ConflictError(
+            f"change request {cr_id} is an import and has no session to revise; withdraw it and import again"
+        )
+    info, layout = sessions.find_session(catalog, record.session_id)
+    edits = effective_edits(layout, info.session_id)
+    if not edits:
+        raise InvalidInput(f"session {info.session_id} has no edits to submit", field="session")
+    dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
+    revision = record.revision + 1
+    staging = layout.staging(cr_id, revision)
+    shutil.rmtree(staging, ignore_errors=True)  # a revise that died half-way
+    commit = engine.new_commit(actor.username, "stage_change_request", cr_id=cr_id, revision=revision)
+    clock = Stopwatch("submit", stage)
+    rows = len({e.row_id for e in edits})
+    cells = sum(1 for e in edits if e.column is not None)
+    try:
+        clock.start("staging")
+        _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
+        clock.start("checks")
+        run = validate_change_request(layout, dataset, staging)
+        stages = clock.timings()
+        with catalog.session() as s:
+            row = s.get(ChangeRequestRow, cr_id)
+            if row is None or row.state != CRState.CHANGES_REQUESTED.value:
+                raise ConflictError(f"change request {cr_id} changed state while it was being revised")
+            row.state = CRState.OPEN.value
+            row.revision = revision
+            row.rows, row.cells, row.base_version = rows, cells, info.base_version
+            row.validation_run_id, row.validation_status = run.run_id, run.status
+            row.stages = stages_json(stages)
+            row.updated_at = utcnow()
+            s.add(_revision_row(cr_id, revision, rows, cells, run, info.base_version))
+            audit.record(
+                s,
+                ChangeRequestRevised(
+                    actor=actor.username,
+                    project_id=record.project_id,
+                    dataset_id=record.dataset_id,
+                    cr_id=cr_id,
+                    revision=revision,
+                    rows=rows,
+                    cells=cells,
+                ),
+            )
+            updated = record_from_row(row)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    mark_submitted(layout, info.session_id, cr_id)
+    notify.emit(
+        catalog, "revised", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
+        extra={"revision": revision},
+    )
+    return updated
 
 
 def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
@@ -731,7 +1054,7 @@ def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> Cha
     if record.state != CRState.OPEN:
         raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be re-submitted")
     layout = layout_for(record.project_id, record.dataset_id)
-    staging = layout.staging(cr_id)
+    staging = staging_path(layout, record)
     if not (staging / "_delta_log").is_dir():
         raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
     if record.kind == "import":

@@ -63,6 +63,26 @@ _ROW_METRICS: dict[str, tuple[str, ...]] = {
 _INSERTING_OPERATIONS = frozenset({"WRITE", "CREATE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "STREAMING UPDATE"})
 
 
+# What a commit was, as a user reads a table's history: a change request's MERGE (an edit
+# or an import), the table's creation, a restore, or maintenance that changes no row.
+VersionKind = Literal["change request", "import", "create", "restore", "maintenance", "other"]
+MAINTENANCE_OPERATIONS = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "UPGRADE PROTOCOL",
+        "REORG",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "CHANGE COLUMN",
+        "ADD COLUMNS",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Version:
     """One commit of a dataset's ``main`` table."""
@@ -77,6 +97,12 @@ class Version:
     metrics: dict[str, int]
     restorable: bool
     not_restorable_reason: str | None
+    kind: VersionKind = "other"
+    restored_to: int | None = None  # a restore's target version
+
+    @property
+    def maintenance(self) -> bool:
+        return self.kind == "maintenance"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +116,8 @@ class Version:
             "metrics": dict(self.metrics),
             "restorable": self.restorable,
             "not_restorable_reason": self.not_restorable_reason,
+            "kind": self.kind,
+            "restored_to": self.restored_to,
         }
 
 
@@ -142,6 +170,10 @@ class _Commit:
     # Files whose rows the change data feed draws this commit's changes from.
     change_files: list[str] = field(default_factory=list)
     cdf_enabled: bool | None = None  # None: unknown (the table's metadata was never seen)
+    # Rows in the files the commit added and removed (their statistics less their deletion
+    # vectors); None when a file has no statistics.
+    rows_added: int | None = None
+    rows_removed: int | None = None
 
 
 @dataclass
@@ -304,10 +336,21 @@ def _json_actions(path: str) -> Iterator[dict[str, Any]]:
                     ) from exc
 
 
+def _live_rows(action: dict[str, Any]) -> int | None:
+    """Rows a file holds for readers: its record count less its deletion vector's; None without statistics."""
+    try:
+        records = int(json.loads(action.get("stats") or "{}")["numRecords"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return records - int((action.get("deletionVector") or {}).get("cardinality", 0))
+
+
 def _commit(table: str, version: int, actions: list[dict[str, Any]], cdf: bool | None) -> _Commit:
     info: dict[str, Any] = {}
     cdc: list[str] = []
     data: list[str] = []
+    added: list[int | None] = []
+    removed: list[int | None] = []
     for action in actions:
         if "commitInfo" in action:
             info = action["commitInfo"]
@@ -315,12 +358,21 @@ def _commit(table: str, version: int, actions: list[dict[str, Any]], cdf: bool |
             cdc.append(_file_path(table, action["cdc"]["path"]))
         elif "add" in action and action["add"].get("dataChange", True):
             data.append(_file_path(table, action["add"]["path"]))
+            added.append(_live_rows(action["add"]))
         elif "remove" in action and action["remove"].get("dataChange", True):
             data.append(_file_path(table, action["remove"]["path"]))
+            removed.append(_live_rows(action["remove"]))
         elif "metaData" in action:
             cdf = _cdf_enabled(action["metaData"])
     # Delta's change data feed reads a commit's cdc files when it has any, else its data changes.
-    return _Commit(version=version, info=info, change_files=cdc or data, cdf_enabled=cdf)
+    return _Commit(
+        version=version,
+        info=info,
+        change_files=cdc or data,
+        cdf_enabled=cdf,
+        rows_added=None if None in added else sum(r for r in added if r is not None),
+        rows_removed=None if None in removed else sum(r for r in removed if r is not None),
+    )
 
 
 def restorable_versions(path: Path) -> dict[int, str | None]:
@@ -382,12 +434,34 @@ def _metrics(operation: str, raw: dict[str, Any]) -> dict[str, int]:
     return metrics
 
 
-def _version(log: _Log, version: int, titles: dict[str, str]) -> Version:
-    info = log.commits[version].info
+def _kind(operation: str, meta: dict[str, Any], cr_kind: str | None) -> VersionKind:
+    if operation == "RESTORE" or meta.get("action") == RESTORE_ACTION:
+        return "restore"
+    if operation in MAINTENANCE_OPERATIONS:
+        return "maintenance"
+    if meta.get("cr_id"):
+        return "import" if cr_kind == "import" else "change request"
+    if meta.get("action") == "create_dataset" or operation in ("CREATE TABLE AS SELECT", "CREATE TABLE"):
+        return "create"
+    return "other"
+
+
+def _version(log: _Log, version: int, titles: dict[str, str], cr_kinds: dict[str, str] | None = None) -> Version:
+    commit = log.commits[version]
+    info = commit.info
     meta = engine.parse_user_metadata(info.get("userMetadata"))
     operation = str(info.get("operation", "UNKNOWN"))
     reason = _why_not_restorable(log, version)
     cr_id = meta.get("cr_id")
+    kind = _kind(operation, meta, (cr_kinds or {}).get(str(cr_id)) if cr_id else None)
+    metrics = _metrics(operation, info.get("operationMetrics") or {})
+    if kind == "restore":
+        # RESTORE reports files, not rows: the rows come from the files' statistics.
+        if commit.rows_added is not None:
+            metrics["rows_added"] = commit.rows_added
+        if commit.rows_removed is not None:
+            metrics["rows_removed"] = commit.rows_removed
+    restored_to = meta.get("restored_to")
     return Version(
         version=version,
         timestamp=_timestamp(info),
@@ -396,9 +470,11 @@ def _version(log: _Log, version: int, titles: dict[str, str]) -> Version:
         cr_id=str(cr_id) if cr_id else None,
         cr_title=titles.get(str(cr_id)) if cr_id else None,
         reason=str(meta["reason"]) if meta.get("reason") else None,
-        metrics=_metrics(operation, info.get("operationMetrics") or {}),
+        metrics=metrics,
         restorable=reason is None,
         not_restorable_reason=reason,
+        kind=kind,
+        restored_to=int(restored_to) if kind == "restore" and restored_to is not None else None,
     )
 
 
@@ -410,7 +486,14 @@ def _check_paging(limit: int | None, offset: int) -> None:
 
 
 def table_history(
-    catalog: Catalog, project_id: str, dataset_id: str, *, actor: User, limit: int | None = None, offset: int = 0
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    actor: User,
+    limit: int | None = None,
+    offset: int = 0,
+    hide_maintenance: bool = False,
 ) -> HistoryPage:
     """A page of a dataset's versions, newest first, read from its Delta log (no Spark).
 
@@ -421,6 +504,8 @@ def table_history(
         actor: A member of the project.
         limit: At most this many versions (default: all).
         offset: Versions to skip, newest first.
+        hide_maintenance: Leave out maintenance versions (OPTIMIZE, VACUUM, property changes)
+            before paging, so they never push a data change off a page; ``total`` counts the rest.
 
     Raises:
         NotFound: Unknown dataset.
@@ -433,6 +518,8 @@ def table_history(
     if log.reasons.get(log.latest) == VACUUMED:
         _raise_damage(log)
     newest = sorted(log.commits, reverse=True)
+    if hide_maintenance:
+        newest = [v for v in newest if str(log.commits[v].info.get("operation", "")) not in MAINTENANCE_OPERATIONS]
     shown = newest[int(offset) :] if limit is None else newest[int(offset) : int(offset) + int(limit)]
     cr_ids = {
         str(cr)
@@ -440,11 +527,15 @@ def table_history(
         if (cr := engine.parse_user_metadata(log.commits[v].info.get("userMetadata")).get("cr_id"))
     }
     titles: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     if cr_ids:
         with catalog.session() as s:
-            query = select(ChangeRequestRow.id, ChangeRequestRow.title).where(ChangeRequestRow.id.in_(cr_ids))
-            titles = {row.id: row.title for row in s.execute(query)}
-    return HistoryPage(versions=[_version(log, v, titles) for v in shown], total=len(newest))
+            query = select(ChangeRequestRow.id, ChangeRequestRow.title, ChangeRequestRow.kind).where(
+                ChangeRequestRow.id.in_(cr_ids)
+            )
+            for row in s.execute(query):
+                titles[row.id], kinds[row.id] = row.title, row.kind
+    return HistoryPage(versions=[_version(log, v, titles, kinds) for v in shown], total=len(newest))
 
 
 # ---------------------------------------------------------------- reading a version

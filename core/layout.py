@@ -5,6 +5,7 @@ This module is the only place that turns ids into paths (seed 002, section 8.A):
     $DELTA_DATA_ROOT/projects/<project_id>/datasets/<dataset_id>/
         main/                                   canonical Delta table
         staging/<change_request_id>/            one Delta table per change request
+        staging/<change_request_id>--r<n>/      ... and per later revision n (2, 3, ...)
         live_edit/<session_id>/edits.delta/     changed cells of one session
         live_edit/<session_id>/metadata.json
         imports/<upload_id>/                    raw and converted uploads
@@ -27,6 +28,8 @@ from core.errors import InvalidInput
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII)
 DATASET_SUBDIRS = ("main", "staging", "live_edit", "imports", "audit")
 AUDIT_SUBDIRS = ("validation_runs", "snapshots", "history", "maintenance")
+# Between a change request id and a revision number in a staging folder's name.
+REVISION_SEPARATOR = "--r"
 
 
 def validate_id(value: object, *, kind: str = "id") -> str:
@@ -83,8 +86,16 @@ class DatasetLayout:
     def audit(self) -> Path:
         return self.root / "audit"
 
-    def staging(self, change_request_id: str) -> Path:
-        return self.staging_root / validate_id(change_request_id, kind="change request id")
+    def staging(self, change_request_id: str, revision: int = 1) -> Path:
+        """The staging table of one revision of a change request.
+
+        Revision 1 lives at ``staging/<cr_id>`` (as before revisions existed); a later one
+        at ``staging/<cr_id>--r<revision>`` (``staging_owner`` reads the id back).
+        """
+        name = validate_id(change_request_id, kind="change request id")
+        if revision > 1:
+            name = f"{name}{REVISION_SEPARATOR}{int(revision)}"
+        return self.staging_root / name
 
     def session_dir(self, session_id: str) -> Path:
         return self.live_edit_root / validate_id(session_id, kind="session id")
@@ -116,6 +127,11 @@ class DatasetLayout:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         for sub in AUDIT_SUBDIRS:
             (self.audit / sub).mkdir(parents=True, exist_ok=True)
+
+
+def staging_owner(folder_name: str) -> str:
+    """The change request id a staging folder belongs to (``cr_1--r2`` -> ``cr_1``)."""
+    return folder_name.split(REVISION_SEPARATOR, 1)[0]
 
 
 def project_root(data_root: Path, project_id: str) -> Path:

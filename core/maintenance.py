@@ -67,7 +67,7 @@ from core.catalog import Catalog, ChangeRequestRow, DatasetRow
 from core.config import get_settings
 from core.datasets import ROW_ID, get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
-from core.layout import ID_PATTERN, DatasetLayout, new_id
+from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,8 +92,9 @@ class TableStats:
     """The current snapshot of a ``main`` table.
 
     ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 1 MiB, a quarter
-    of the 4 MiB files main is written in), the ones OPTIMIZE would compact. ``versions``
-    is the newest version plus one.
+    of the 4 MiB files main is written in) when there are at least two of them: the ones
+    OPTIMIZE would compact. A small table's one small file is not "small files": there is
+    nothing to compact it with. ``versions`` is the newest version plus one.
     """
 
     files: int
@@ -177,6 +178,11 @@ def _history(main: Path) -> list[dict[str, Any]]:
     return list(_delta_table(main).history())
 
 
+def _small_files(sizes: list[int], threshold: int) -> int:
+    small = sum(1 for size in sizes if size < threshold)
+    return small if small >= 2 else 0
+
+
 def _stats(main: Path) -> TableStats:
     import pyarrow as pa
 
@@ -192,7 +198,7 @@ def _stats(main: Path) -> TableStats:
     return TableStats(
         files=len(sizes),
         size_bytes=sum(sizes),
-        small_files=sum(1 for s in sizes if s < threshold),
+        small_files=_small_files(sizes, threshold),
         versions=int(table.version()) + 1,
         last_optimize=last.get("OPTIMIZE"),
         last_vacuum=last.get("VACUUM END"),
@@ -306,7 +312,14 @@ def _unrestorable(main: Path, retain_hours: float) -> tuple[int, int, datetime] 
     return first, newest_old - 1, cutoff
 
 
-def _short_retention_message(project_id: str, dataset_id: str, main: Path, retain_hours: float) -> str:
+# How a caller says "do it anyway" for a short retention: the CLI's flag by default; a page
+# passes its own words (its checkbox).
+FORCE_HINT = "pass --force to do it anyway"
+
+
+def _short_retention_message(
+    project_id: str, dataset_id: str, main: Path, retain_hours: float, force_hint: str = FORCE_HINT
+) -> str:
     window = get_settings().restore_window_days
     retain = _hours_text(retain_hours)
     at_risk = _unrestorable(main, retain_hours)
@@ -314,14 +327,14 @@ def _short_retention_message(project_id: str, dataset_id: str, main: Path, retai
         return (
             f"retaining {retain} is shorter than the {window}-day restore window: versions of "
             f"{project_id}/{dataset_id} would stop being restorable {retain} after they are replaced; "
-            "pass --force to do it anyway"
+            f"{force_hint}"
         )
     first, last, cutoff = at_risk
     span = f"version {first}" if first == last else f"versions {first}–{last}"
     return (
         f"retaining {retain} would make {span} of {project_id}/{dataset_id} "
         f"(older than {cutoff:%Y-%m-%d %H:%M} UTC) unrestorable, inside the {window}-day restore window; "
-        "pass --force to do it anyway"
+        f"{force_hint}"
     )
 
 
@@ -404,6 +417,76 @@ def _vacuum(main: Path, retain_hours: float, skip_check: bool, commit: engine.Co
     return int(deletable)
 
 
+@dataclass(frozen=True)
+class VacuumFile:
+    """A data file VACUUM would delete: its path inside the table folder and its size."""
+
+    path: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class VacuumPlan:
+    """What ``VACUUM ... RETAIN retain_hours HOURS`` would delete now; nothing is deleted."""
+
+    retain_hours: float
+    files: list[VacuumFile]
+    unrestorable_versions: tuple[int, int] | None  # first and last version it would make unrestorable
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(f.size_bytes for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "retain_hours": self.retain_hours,
+            "files": [{"path": f.path, "size_bytes": f.size_bytes} for f in self.files],
+            "size_bytes": self.size_bytes,
+            "unrestorable_versions": list(self.unrestorable_versions) if self.unrestorable_versions else [],
+        }
+
+
+def vacuum_dry_run(
+    catalog: Catalog, project_id: str, dataset_id: str, *, actor: User, retain_hours: float | None = None
+) -> VacuumPlan:
+    """The files VACUUM would delete with ``retain_hours`` (default: the safe horizon), and their bytes.
+
+    A dry run commits nothing and deletes nothing, so a short retention needs no force here;
+    the plan says which versions it would make unrestorable.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        InvalidInput: A negative or non-finite retention.
+        EngineError: Spark or Delta failed.
+    """
+    require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = Path(info.path)
+    hours = _check_retain(retain_hours)
+    table_hours = _retention_hours(
+        dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
+    )
+    sql = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(hours)} HOURS DRY RUN"
+    commit = engine.new_commit(actor.username, "vacuum_dry_run")
+    skip_check = table_hours is None or hours < table_hours
+    step = _spark_step("VACUUM DRY RUN", f"{project_id}/{dataset_id}")
+    with step, _vacuum_session(commit, skip_check=skip_check) as spark:
+        listed = [str(row[0]) for row in spark.sql(sql).collect()]
+    root = str(main).rstrip("/") + "/"
+    files = []
+    for listed_path in sorted(listed):
+        local = listed_path.removeprefix("file:")
+        try:
+            size = os.path.getsize(local)
+        except OSError:
+            size = 0  # gone since the listing
+        files.append(VacuumFile(path=local.removeprefix(root), size_bytes=size))
+    at_risk = _unrestorable(main, hours) if hours < vacuum_horizon_hours() else None
+    return VacuumPlan(
+        retain_hours=hours, files=files, unrestorable_versions=(at_risk[0], at_risk[1]) if at_risk else None
+    )
+
+
 def _last_checkpoint(main: Path) -> int | None:
     marker = main / "_delta_log" / "_last_checkpoint"
     if not marker.is_file():
@@ -450,6 +533,7 @@ def maintain(
     vacuum: bool = False,
     retain_hours: float | None = None,
     force: bool = False,
+    force_hint: str = FORCE_HINT,
     checkpoint: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -465,6 +549,7 @@ def maintain(
         vacuum: Delete files older than the retention that no newer version uses.
         retain_hours: VACUUM retention; default ``vacuum_horizon_hours()``.
         force: Allow a retention shorter than the restore window.
+        force_hint: How the refusal of a short retention tells the caller to force it.
         checkpoint: Write a Delta log checkpoint.
         progress: Called with a message and a fraction in [0, 1] between steps.
 
@@ -494,7 +579,8 @@ def maintain(
     zorder_columns = _check_zorder(main, info.version, list(zorder or [])) if optimize and zorder else []
     hours = _check_retain(retain_hours) if vacuum else 0.0
     if vacuum and hours < vacuum_horizon_hours() and not force:
-        raise InvalidInput(_short_retention_message(project_id, dataset_id, main, hours), field="retain_hours")
+        message = _short_retention_message(project_id, dataset_id, main, hours, force_hint)
+        raise InvalidInput(message, field="retain_hours")
 
     run_id = new_id("mnt")
     started = _now()
@@ -651,7 +737,7 @@ class _Removal:
         if self.kind == "session":
             return self.layout.session_dir(self.ident)
         if self.kind == "staging":
-            return self.layout.staging(self.ident)
+            return self.layout.staging_root / self.ident  # a request's or one of its revisions' folder
         return self.layout.upload(self.ident)
 
 
@@ -692,9 +778,13 @@ def _expired_sessions(
         if info.state == "open":
             if now - datetime.fromisoformat(info.last_activity) > session_ttl:
                 found.append(_Removal("session", layout, folder.name, "expired"))
-        elif info.cr_id is None or cr_states.get(info.cr_id, "missing") != "open":
+        elif info.cr_id is None or cr_states.get(info.cr_id, "missing") not in _IN_REVIEW:
             found.append(_Removal("session", layout, folder.name, f"change request {info.cr_id} is closed"))
     return found
+
+
+# Change request states whose staging tables and session are kept (core.change_requests.IN_REVIEW).
+_IN_REVIEW = ("open", "changes_requested")
 
 
 def _leftover_staging(
@@ -702,11 +792,11 @@ def _leftover_staging(
 ) -> list[_Removal]:
     found: list[_Removal] = []
     for folder in _children(layout.staging_root):
-        state = cr_states.get(folder.name)
+        state = cr_states.get(staging_owner(folder.name))  # every revision's table belongs to its request
         if state is None:
             if now - _touched(folder) > orphan_ttl:
                 found.append(_Removal("staging", layout, folder.name, "no change request"))
-        elif state != "open":
+        elif state not in _IN_REVIEW:
             found.append(_Removal("staging", layout, folder.name, f"change request {state}"))
     return found
 
@@ -791,7 +881,7 @@ def cleanup(
     with catalog.session() as s:
         requests = list(s.scalars(select(ChangeRequestRow)))
         cr_states = {r.id: r.state for r in requests}
-        in_review = {r.upload_id for r in requests if r.upload_id and r.state == "open"}
+        in_review = {r.upload_id for r in requests if r.upload_id and r.state in _IN_REVIEW}
 
     removals: list[_Removal] = []
     for i, row in enumerate(scope):

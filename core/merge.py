@@ -63,6 +63,7 @@ from core.change_requests import (
     reusable_run,
     staged_columns,
     stages_json,
+    staging_path,
     validate_change_request,
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
@@ -193,7 +194,7 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
     """Conflicts of an open change request with ``main`` as it is now (empty if closed)."""
     record = get_change_request(catalog, cr_id, actor=actor)
     layout = layout_for(record.project_id, record.dataset_id)
-    staging = layout.staging(cr_id)
+    staging = staging_path(layout, record)
     if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
         return []
     conflicts = conflicts_since(layout.main, staging, record.base_version)
@@ -440,11 +441,15 @@ def approve_change_request(
             f"{actor.username!r} wrote change request {cr_id} and cannot approve it; another approver must",
             user=actor.username,
         )
+    if record.state == CRState.CHANGES_REQUESTED:
+        raise ConflictError(
+            f"changes were requested on change request {cr_id}; it can be approved once its author revises it"
+        )
     if record.state != CRState.OPEN:
         raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be approved")
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
     layout = layout_for(record.project_id, record.dataset_id)
-    main, staging = layout.main, layout.staging(cr_id)
+    main, staging = layout.main, staging_path(layout, record)
 
     landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
     if landed is None:

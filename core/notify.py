@@ -400,6 +400,8 @@ def _summary(
         at = f" (version {version})" if version is not None else ""
         return f"{named} conflicts with newer commits to main{at}; re-submit it against the current version"
     text = f"{actor} {_VERBS[event]} {named}"
+    if event == NotifyEvent.REVISED and extra.get("revision") is not None:
+        text += f" (revision {extra['revision']})"
     reason = extra.get("reason") or extra.get("comment")
     if reason:
         text += f": {str(reason).strip()[:200]}"

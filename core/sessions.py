@@ -149,6 +149,8 @@ def find_session(catalog: Catalog, session_id: str) -> tuple[SessionInfo, Datase
 
 
 def _expired(info: SessionInfo) -> bool:
+    if info.state == REVISING:
+        return False  # it belongs to a change request awaiting its revision
     ttl = timedelta(hours=get_settings().session_ttl_hours)
     return _now() - datetime.fromisoformat(info.last_activity) > ttl
 
@@ -161,13 +163,11 @@ def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: U
     dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
     require_role(catalog, actor, project_id, Role.EDITOR, action="edit this dataset")
     layout = layout_for(project_id, dataset_id)
-    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
-        info = SessionInfo(**json.loads(meta.read_text()))
-        if info.owner == actor.username and info.state == "open":
-            if _expired(info):
-                discard_session(catalog, info.session_id, actor=actor, reason="expired")
-                continue
-            return info
+    for info in _own_editable(layout, actor.username):
+        if _expired(info):  # never one being revised
+            discard_session(catalog, info.session_id, actor=actor, reason="expired")
+            continue
+        return info
     now = _now().isoformat()
     info = SessionInfo(
         session_id=new_id("sess"),
@@ -195,9 +195,26 @@ def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: U
 
 
 def mark_submitted(layout: DatasetLayout, session_id: str, cr_id: str) -> None:
-    """Freeze a session once its edits became change request ``cr_id``."""
+    """Freeze a session once its edits became change request ``cr_id`` (or its next revision)."""
     info = _read_metadata(layout, session_id)
     _write_metadata(layout, SessionInfo(**{**asdict(info), "state": "submitted", "cr_id": cr_id}))
+
+
+# A submitted session its author may edit again: changes were requested on its change request.
+REVISING = "revising"
+EDITABLE = ("open", REVISING)
+
+
+def mark_revising(layout: DatasetLayout, session_id: str) -> None:
+    """Unfreeze a submitted session while changes are requested on its change request.
+
+    It becomes its owner's current session on the dataset (``current_session`` and
+    ``open_session`` prefer it) until ``mark_submitted`` freezes it again.
+    """
+    info = _read_metadata(layout, session_id)
+    now = _now().isoformat()
+    _write_metadata(layout, SessionInfo(**{**asdict(info), "state": REVISING, "last_activity": now}))
+    _events_cache.pop(session_id, None)
 
 
 def get_session(catalog: Catalog, session_id: str, *, actor: User) -> SessionInfo:
@@ -558,7 +575,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
             f"session {session_id} expired after {get_settings().session_ttl_hours} h without activity "
             "and was removed; start a new one"
         )
-    if info.state != "open":
+    if info.state not in EDITABLE:
         raise ConflictError(f"session {session_id} was submitted as {info.cr_id}; edits go to a new session")
     if not ops:
         raise InvalidInput("no edits given", field="edits")
@@ -770,8 +787,17 @@ def current_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor
     """The actor's open, unexpired session on a dataset, or None (never creates one)."""
     get_dataset(catalog, project_id, dataset_id, actor=actor)
     layout = layout_for(project_id, dataset_id)
-    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
-        info = SessionInfo(**json.loads(meta.read_text()))
-        if info.owner == actor.username and info.state == "open" and not _expired(info):
+    for info in _own_editable(layout, actor.username):
+        if not _expired(info):
             return info
     return None
+
+
+def _own_editable(layout: DatasetLayout, owner: str) -> list[SessionInfo]:
+    """``owner``'s editable sessions on a dataset: one being revised first, then open ones."""
+    found = []
+    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
+        info = SessionInfo(**json.loads(meta.read_text()))
+        if info.owner == owner and info.state in EDITABLE:
+            found.append(info)
+    return sorted(found, key=lambda info: info.state != REVISING)

@@ -22,6 +22,9 @@ from core.config import get_settings
 from core.errors import OreoError
 
 REPORT_KEY = "admin_report"
+PLAN_KEY = "admin_vacuum_plan"
+# The page's words for forcing a short retention (the CLI's are "pass --force").
+FORCE_HINT = "tick “Force a retention shorter than the safe horizon” to do it anyway"
 
 user = require_user()
 # st.navigation only lists this page to admins; a direct URL must not get further either.
@@ -47,6 +50,42 @@ def size_text(size: int) -> str:
             return f"{amount:,.0f} {unit}" if unit == "B" else f"{amount:,.1f} {unit}"
         amount /= 1024
     return f"{size} B"
+
+
+def report_frame(report: dict[str, Any]) -> pd.DataFrame:
+    """A maintenance report as rows a person reads: step, what, before, after (no server paths)."""
+    rows: list[dict[str, Any]] = []
+    steps = report.get("steps", {})
+    changed = (steps.get("retention") or {}).get("changed") or {}
+    for key, value in changed.items():
+        rows.append({"step": "retention", "what": key, "before": "", "after": str(value)})
+    for name in ("optimize", "vacuum"):
+        step = steps.get(name)
+        if not step:
+            continue
+        before, after = step.get("before") or {}, step.get("after") or {}
+        for what, label in (("files", "files"), ("size_bytes", "size"), ("small_files", "small files")):
+            if what in before:
+                show = size_text if what == "size_bytes" else (lambda n: f"{int(n):,}")
+                rows.append({"step": name, "what": label, "before": show(before[what]), "after": show(after[what])})
+        if name == "optimize" and step.get("zorder"):
+            rows.append({"step": name, "what": "ZORDER BY", "before": "", "after": ", ".join(step["zorder"])})
+        if name == "vacuum":
+            rows.append({"step": name, "what": "files deleted", "before": "", "after": f"{step['files_deleted']:,}"})
+            if step.get("unrestorable_versions"):
+                first, last = step["unrestorable_versions"]
+                rows.append({"step": name, "what": "no longer restorable", "before": "", "after": f"v{first}–v{last}"})
+        if step.get("versions"):
+            made = ", ".join(map(str, step["versions"]))
+            rows.append({"step": name, "what": "versions made", "before": "", "after": made})
+    checkpoint = steps.get("checkpoint")
+    if checkpoint:
+        written = "written" if checkpoint.get("written") else "already there"
+        at = f"at version {checkpoint.get('version')}"
+        rows.append({"step": "checkpoint", "what": at, "before": "", "after": written})
+    if report.get("nothing_to_do"):
+        rows.append({"step": "all", "what": "nothing to do", "before": "", "after": ""})
+    return pd.DataFrame(rows, columns=["step", "what", "before", "after"])
 
 
 def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: Any) -> None:
@@ -92,7 +131,7 @@ with oreo_errors():
             title, report = kept
             with st.container(key="admin_report"):
                 st.markdown(f"**Last run: {title}**")
-                st.json(report, expanded=False)
+                st.dataframe(report_frame(report), hide_index=True, width="stretch", key="admin_report_table")
 
         optimize_col, vacuum_col, checkpoint_col = st.columns(3, border=True)
         with optimize_col:
@@ -117,10 +156,42 @@ with oreo_errors():
                     "Readers and writers still using those files may fail.",
                     icon=":material/warning:",
                 )
-            if st.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
+            run_col, dry_col = st.columns(2)
+            if run_col.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
                 run_with_progress(
-                    f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force
+                    f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force,
+                    force_hint=FORCE_HINT,
+                )  # fmt: skip
+            if dry_col.button("Dry run", key="admin_vacuum_dry_run", icon=":material/plagiarism:"):
+                wait_for_engine()
+                with st.spinner("Listing what VACUUM would delete..."):
+                    plan = maintenance.vacuum_dry_run(
+                        catalog(), project_id, dataset_id, actor=user, retain_hours=retain
+                    )
+                st.session_state[PLAN_KEY] = (choice, plan)
+        kept_plan = st.session_state.get(PLAN_KEY)
+        if kept_plan is not None and kept_plan[0] == choice:
+            plan = kept_plan[1]
+            with st.container(key="admin_vacuum_plan", border=True):
+                at_risk = plan.unrestorable_versions
+                st.markdown(
+                    f"**VACUUM dry run**, retaining {plan.retain_hours:g} hours: it would delete "
+                    f"**{len(plan.files):,}** file(s), **{size_text(plan.size_bytes)}**"
+                    + (f"; versions {at_risk[0]}–{at_risk[1]} would stop being restorable" if at_risk else "")
+                    + ". Nothing was deleted."
                 )
+                if plan.files:
+                    st.dataframe(
+                        pd.DataFrame(
+                            {
+                                "file": [f.path for f in plan.files],
+                                "size": [size_text(f.size_bytes) for f in plan.files],
+                            }
+                        ),
+                        hide_index=True,
+                        width="stretch",
+                        key="admin_vacuum_plan_files",
+                    )
         with checkpoint_col:
             st.markdown("**Checkpoint**")
             st.caption("Writes a Delta log checkpoint so readers replay fewer commit files.")

@@ -9,10 +9,32 @@ import pandas as pd
 import streamlit as st
 
 from app.components import DATASET_KEY, catalog, oreo_errors, require_user
-from core import auth, datasets, projects
+from core import auth, datasets, history, projects
+from core.errors import OreoError
 
 user = require_user()
 st.title("Datasets")
+
+
+def last_change(info: datasets.DatasetInfo) -> dict[str, object]:
+    """The newest data change of a dataset as a person reads it: what, by whom, when (maintenance skipped)."""
+    try:
+        page = history.table_history(
+            catalog(), info.project_id, info.dataset_id, actor=user, limit=1, hide_maintenance=True
+        )
+    except OreoError:
+        page = None  # a damaged table still lists; its own pages say what is wrong
+    if page is None or not page.versions:
+        return {"last change": "", "by": "", "last change at": info.last_commit_at}
+    v = page.versions[0]
+    if v.cr_title:
+        what = f"v{v.version} · {v.cr_title}"
+    elif v.kind == "restore":
+        what = f"v{v.version} · restored to v{v.restored_to}" + (f": {v.reason}" if v.reason else "")
+    else:
+        what = f"v{v.version} · {'created' if v.kind == 'create' else v.operation.lower()}"
+    return {"last change": what, "by": v.actor or "", "last change at": v.timestamp}
+
 
 with oreo_errors():
     visible = projects.list_projects(catalog(), user)
@@ -34,13 +56,18 @@ with oreo_errors():
                         "version": d.version,
                         "rows": d.rows,
                         "key": d.key_column or "(generated row_id)",
-                        "last commit": d.last_commit_id,
-                        "committed at": d.last_commit_at,
+                        **last_change(d),
                     }
                     for d in items
                 ]
             )
-            st.dataframe(frame, hide_index=True, width="stretch", key=f"datasets_{project.id}")
+            st.dataframe(
+                frame,
+                hide_index=True,
+                width="stretch",
+                key=f"datasets_{project.id}",
+                column_config={"last change at": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")},
+            )
             cols = st.columns(min(len(items), 6))
             for i, d in enumerate(items):
                 if cols[i % len(cols)].button(

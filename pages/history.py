@@ -99,6 +99,13 @@ def restore_dialog(version: Version, current: int) -> None:
             f"Compared with the current version {current}, this will make "
             f"**{s.inserted:,}** row(s) inserted, **{s.updated:,}** updated and **{s.deleted:,}** deleted."
         )
+        if s.schema:
+            st.warning(
+                "This restore also changes the table's columns: "
+                + "; ".join(delta.describe() for delta in s.schema)
+                + ". Pages, imports and pipelines that use those columns will see the change.",
+                icon=":material/warning:",
+            )
     reason = st.text_input("Reason (required, kept in the audit log)", key="restore_reason", max_chars=500)
     left, right = st.columns(2)
     if right.button("Cancel", key="restore_cancel", width="stretch"):
@@ -134,16 +141,34 @@ def restore_dialog(version: Version, current: int) -> None:
             st.rerun()
 
 
+def choose(version: Version) -> None:
+    """Carry a version picked in the timeline over to the Version view, Compare and restore."""
+    st.session_state["history_version"] = version.version
+    st.session_state["history_to"] = version.version
+    older = [v.version for v in all_versions() if v.version < version.version and readable(v)]
+    if older:
+        st.session_state["history_from"] = older[0]
+
+
 def timeline(versions: list[Version], total_versions: int) -> None:
-    page_no = page_number("history_timeline_page", (choice, total_versions))
-    page = history.table_history(
-        catalog(), project_id, dataset_id, actor=user, limit=TIMELINE_PAGE, offset=(page_no - 1) * TIMELINE_PAGE
+    hide = st.toggle(
+        "Hide maintenance",
+        value=True,
+        key="history_hide_maintenance",
+        help="OPTIMIZE, VACUUM and table property changes change no row; hidden, they never push a data "
+        "change off the first page.",
     )
+    page_no = page_number("history_timeline_page", (choice, total_versions, hide))
+    page = history.table_history(
+        catalog(), project_id, dataset_id, actor=user, limit=TIMELINE_PAGE, offset=(page_no - 1) * TIMELINE_PAGE,
+        hide_maintenance=hide,
+    )  # fmt: skip
     num_pages = max(1, math.ceil(page.total / TIMELINE_PAGE))
     first = (page_no - 1) * TIMELINE_PAGE + 1 if page.total else 0
     st.caption(
         f"Versions **{first:,}–{first + len(page.versions) - 1:,}** of **{page.total:,}**, newest first · "
-        "greyed versions cannot be restored · select a version to open its change request"
+        "greyed versions cannot be restored · select a version to see it, compare it or restore it"
+        + (f" · {total_versions - page.total:,} maintenance version(s) hidden" if total_versions > page.total else "")
     )
     event = st.container(key="history_versions").dataframe(
         timeline_styled(timeline_frame(page.versions)),
@@ -158,9 +183,16 @@ def timeline(versions: list[Version], total_versions: int) -> None:
             "change request": st.column_config.TextColumn(
                 "change request", help="Select the version to open its change request below"
             ),
+            "details": st.column_config.TextColumn("details", width="large"),
         },
     )
     selected = [page.versions[i] for i in event.selection.rows if i < len(page.versions)]
+    if selected:
+        choose(selected[0])
+        st.caption(
+            f"Version {selected[0].version} is picked: the **Version** view previews it (and offers its restore), "
+            "**Compare** compares it with the version before it."
+        )
     if selected and selected[0].cr_id:
         change_request_panel(selected[0])
     elif selected:

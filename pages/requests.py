@@ -1,6 +1,13 @@
-"""The signed-in user's own change requests; open ones can be withdrawn or re-submitted on the current version."""
+"""The signed-in user's own change requests; open ones can be withdrawn or re-submitted on the current version.
+
+A request whose changes were requested shows the reviewer's reason, a way back to the
+Table page (its session is editable again) and "Submit revision". Any request opens
+below with its diff, thread, revisions and state history.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -17,16 +24,20 @@ from app.components import (
     show_flash,
     status_badge,
 )
-from core import datasets, merge
+from app.diff_views import change_request_rows
+from app.thread_views import cell_notes, discussion
+from core import change_requests, datasets, merge
 from core.change_requests import (
     ChangeRequest,
     CRState,
     list_change_requests,
     resubmit_change_request,
+    revise_change_request,
     withdraw_change_request,
 )
 
 STATES = ["all", *(s.value for s in CRState)]
+TABLE_PAGE = Path(__file__).parent / "table.py"
 
 user = require_user()
 st.title("My requests")
@@ -70,6 +81,7 @@ with oreo_errors():
                     "kind": cr.kind,
                     "dataset": f"{cr.project_id}/{cr.dataset_id}",
                     "checks": getattr(cr, "validation_status", None) or "",
+                    "revision": cr.revision,
                     "stages": stage_summary(cr.stages),
                     "rows": cr.rows,
                     "cells": cr.cells,
@@ -86,6 +98,7 @@ with oreo_errors():
                 "kind",
                 "dataset",
                 "checks",
+                "revision",
                 "stages",
                 "rows",
                 "cells",
@@ -98,6 +111,37 @@ with oreo_errors():
         width="stretch",
         key="requests_table",
     )
+
+    asked = [cr for cr in shown if cr.state == CRState.CHANGES_REQUESTED]
+    if asked:
+        st.subheader("Changes requested", anchor=False)
+    for cr in asked:
+        thread = change_requests.comments(catalog(), cr.id, actor=user)
+        reasons = [c for c in thread if c.row_id is None]
+        cells = [c for c in thread if c.row_id is not None]
+        with st.container(border=True, key=f"request_{cr.id}"):
+            text, edit, revise, action = st.columns([3.4, 1.4, 1.6, 1.3], vertical_alignment="center")
+            text.markdown(
+                f"**{cr.title}** · `{cr.id}` · {cr.project_id}/{cr.dataset_id} · revision {cr.revision} · "
+                f"{cr.rows} row(s), {cr.cells} cell(s)"
+            )
+            if reasons:
+                text.warning(f"**{reasons[-1].author}** asks: {reasons[-1].body}", icon=":material/edit_note:")
+            for c in cells:
+                text.caption(f":material/comment: **{c.author}** on row {c.row_id} · {c.column}: {c.body}")
+            text.caption(
+                "Your session is editable again: fix it on the Table page, then submit the revision here "
+                "(or with Submit on the Table page)."
+            )
+            if edit.button("Edit in Table", key=f"edit_{cr.id}", icon=":material/table:"):
+                st.switch_page(TABLE_PAGE, query_params={"dataset": f"{cr.project_id}/{cr.dataset_id}"})
+            if revise.button("Submit revision", key=f"revise_{cr.id}", type="primary", icon=":material/send:"):
+                with oreo_errors(), st.spinner("Re-staging and validating your changes..."):
+                    revised = revise_change_request(catalog(), cr.id, actor=user)
+                    flash(f"Submitted revision {revised.revision} of `{cr.id}`.", kind="info")
+                    st.rerun()
+            if action.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
+                open_dialog("withdraw", cr.id)
 
     open_ones = [cr for cr in shown if cr.state == CRState.OPEN]
     if open_ones:
@@ -130,8 +174,37 @@ with oreo_errors():
 
     chosen = dialog_value("withdraw")
     if chosen:
-        match = [cr for cr in mine if cr.id == chosen and cr.state == CRState.OPEN]
+        match = [cr for cr in mine if cr.id == chosen and cr.state in change_requests.IN_REVIEW]
         if match:
             withdraw_dialog(match[0])
         else:
             close_dialog("withdraw")
+
+    # ---------------------------------------------------------------- one request in full
+    if shown:
+        st.subheader("Request details", anchor=False)
+        by_id = {cr.id: cr for cr in shown}
+        wanted = st.query_params.get("cr")
+        if wanted in by_id and st.session_state.get("requests_from_url") != wanted:
+            st.session_state["requests_from_url"] = wanted
+            st.session_state["requests_cr"] = wanted
+        if st.session_state.get("requests_cr") not in by_id:
+            st.session_state["requests_cr"] = shown[0].id
+        chosen_id = st.selectbox(
+            "Change request",
+            list(by_id),
+            key="requests_cr",
+            format_func=lambda i: f"{by_id[i].title} · {by_id[i].state.value} · {i}",
+        )
+        cr = by_id[chosen_id]
+        info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
+        thread = change_requests.comments(catalog(), cr.id, actor=user)
+        with st.container(key="requests_changes"):
+            st.markdown(f"**Changes** (revision {cr.revision})")
+            page = change_request_rows(
+                cr.id, user, catalog(), key="requests_diff", key_column=info.key_column,
+                types={c.name: c.type for c in datasets.dataset_columns(info)},
+                notes=cell_notes(thread), revision=cr.revision,
+            )  # fmt: skip
+        with st.container(key="requests_discussion"):
+            discussion(cr, user, page, thread, key="requests")

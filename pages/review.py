@@ -1,4 +1,8 @@
-"""The approver's queue: open change requests of their projects, each with its diff, data checks and conflicts."""
+"""The approver's queue: change requests of their projects in review, each with its diff, thread, checks and conflicts.
+
+An open request can be approved, rejected or sent back with "Request changes" (a reason
+the author reads); one whose changes were requested waits for its author's revision.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from app.components import (
     wait_for_engine,
 )
 from app.diff_views import change_request_rows
+from app.thread_views import cell_notes, discussion
 from core import auth, change_requests, datasets, merge
 from core.change_requests import ChangeRequest, CRState
 
@@ -57,6 +62,26 @@ def approve_dialog(cr: ChangeRequest) -> None:
             st.rerun()  # the page shows the outcome
         else:
             st.error(job.error, icon=":material/error:")
+
+
+@st.dialog("Request changes?", on_dismiss=lambda: close_dialog("request_changes"))
+def request_changes_dialog(cr: ChangeRequest) -> None:
+    st.write(
+        f"Send **{cr.title}** back to `{cr.author}`. They edit the same session again and submit a revision; "
+        "it cannot be approved until then."
+    )
+    reason = st.text_area("What should change? (required, shown to the author)", key="request_changes_reason")
+    left, right = st.columns(2)
+    if right.button("Cancel", key="request_changes_cancel", width="stretch"):
+        close_dialog("request_changes")
+        st.rerun()
+    if left.button("Request changes", key="request_changes_confirm", type="primary", width="stretch"):
+        with oreo_errors():
+            change_requests.request_changes(catalog(), cr.id, reason, actor=user)
+            flash(f"Asked `{cr.author}` for changes to `{cr.id}` ({cr.title}).", kind="info")
+            close_dialog("request_changes")
+            st.session_state.pop("request_changes_reason", None)
+            st.rerun()
 
 
 @st.dialog("Reject change request?", on_dismiss=lambda: close_dialog("reject"))
@@ -111,15 +136,20 @@ with oreo_errors():
     recent_outcomes(approving)
     queue = [
         cr
-        for cr in change_requests.list_change_requests(catalog(), actor=user, state=CRState.OPEN)
-        if cr.project_id in approving
+        for cr in change_requests.list_change_requests(catalog(), actor=user)
+        if cr.project_id in approving and cr.state in change_requests.IN_REVIEW
     ]
     if not queue:
         st.info("No open change requests to review.")
         st.stop()
 
     merging = {job.cr_id: job for job in background.approvals() if job.running}
-    st.caption(f"**{len(queue)}** open change request(s) in your projects, newest first")
+    waiting = sum(cr.state == CRState.CHANGES_REQUESTED for cr in queue)
+    st.caption(
+        f"**{len(queue) - waiting}** open change request(s) in your projects"
+        + (f" and **{waiting}** waiting for their author's revision" if waiting else "")
+        + ", newest first"
+    )
     st.dataframe(
         pd.DataFrame(
             [
@@ -128,6 +158,8 @@ with oreo_errors():
                     "dataset": f"{cr.project_id}/{cr.dataset_id}",
                     "title": cr.title,
                     "kind": cr.kind,
+                    "state": cr.state.value,
+                    "revision": cr.revision,
                     "author": cr.author,
                     "checks": getattr(cr, "validation_status", None) or "",
                     "approval": "merging…" if cr.id in merging else "",
@@ -151,7 +183,8 @@ with oreo_errors():
         "Change request",
         list(by_id),
         key="review_cr",
-        format_func=lambda i: f"{by_id[i].title} · {by_id[i].author} · {i}",
+        format_func=lambda i: f"{by_id[i].title} · {by_id[i].author} · {i}"
+        + (" · changes requested" if by_id[i].state == CRState.CHANGES_REQUESTED else ""),
     )
     cr = by_id[chosen]
 
@@ -160,7 +193,7 @@ with oreo_errors():
         f"{'**import** · ' if cr.kind == 'import' else ''}"
         f"`{cr.id}` · `{cr.project_id}/{cr.dataset_id}` · by **{cr.author}** · "
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
-        f"{cr.rows} row(s), {cr.cells} cell(s)"
+        f"{cr.rows} row(s), {cr.cells} cell(s) · revision {cr.revision}"
     )
     stage_timings(cr)
     if cr.description:
@@ -169,7 +202,15 @@ with oreo_errors():
 
     info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
     run = change_requests.validation_for(catalog(), cr.id, actor=user)
-    conflicts = conflicts_of(cr, info.version)
+    conflicts = conflicts_of(cr, info.version) if cr.state == CRState.OPEN else []
+    thread = change_requests.comments(catalog(), cr.id, actor=user)
+    if cr.state == CRState.CHANGES_REQUESTED:
+        asked = [c for c in thread if c.row_id is None]
+        st.warning(
+            f"Changes requested{f' by **{asked[-1].author}**' if asked else ''}: "
+            f"{asked[-1].body if asked else ''}  \nWaiting for `{cr.author}` to submit revision {cr.revision + 1}.",
+            icon=":material/edit_note:",
+        )
 
     if cr.author == user.username:
         # Four-eyes: core refuses it too; the page does not offer it at all.
@@ -179,11 +220,13 @@ with oreo_errors():
         )
     else:
         blocked = []
+        if cr.state == CRState.CHANGES_REQUESTED:
+            blocked.append("changes were requested")
         if conflicts:
             blocked.append(f"it conflicts with newer commits in {len(conflicts)} place(s)")
         if run is not None and run.status == "failed":
             blocked.append("a critical data check fails")
-        approve_col, reject_col, note = st.columns([1.3, 1, 5], vertical_alignment="center")
+        approve_col, changes_col, reject_col, note = st.columns([1.3, 1.9, 1, 4], vertical_alignment="center")
         if approve_col.button(
             "Approve",
             key="review_approve",
@@ -193,10 +236,20 @@ with oreo_errors():
             width="stretch",
         ):
             open_dialog("approve", cr.id)
+        if changes_col.button(
+            "Request changes",
+            key="review_request_changes",
+            icon=":material/edit_note:",
+            disabled=cr.state != CRState.OPEN or cr.id in merging,
+            width="stretch",
+        ):
+            open_dialog("request_changes", cr.id)
         if reject_col.button("Reject", key="review_reject", icon=":material/close:", width="stretch"):
             open_dialog("reject", cr.id)
         if cr.id in merging:
             note.caption(f"{merging[cr.id].approver} is approving it now.")
+        elif cr.state == CRState.CHANGES_REQUESTED:
+            note.caption(f"Approval waits for `{cr.author}` to revise it: changes were requested.")
         elif blocked:
             note.caption(f"Approval is blocked: {' and '.join(blocked)}. Reject it so the author can re-submit.")
         else:
@@ -209,10 +262,14 @@ with oreo_errors():
 
     with st.container(key="review_changes"):
         st.subheader("Changes", anchor=False)
-        change_request_rows(
+        shown = change_request_rows(
             cr.id, user, catalog(), key="review_diff", key_column=info.key_column,
             types={c.name: c.type for c in datasets.dataset_columns(info)},
+            notes=cell_notes(thread), revision=cr.revision,
         )  # fmt: skip
+
+    with st.container(key="review_discussion"):
+        discussion(cr, user, shown, thread, key="review")
 
     with st.container(key="review_checks"):
         st.subheader("Data checks", anchor=False)
@@ -248,3 +305,5 @@ with oreo_errors():
         approve_dialog(cr)
     if dialog_value("reject") == cr.id and cr.author != user.username:
         reject_dialog(cr)
+    if dialog_value("request_changes") == cr.id and cr.author != user.username and cr.state == CRState.OPEN:
+        request_changes_dialog(cr)

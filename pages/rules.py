@@ -11,6 +11,8 @@ from app.components import catalog, dataset_options, flash, oreo_errors, require
 from core import auth, datasets, rules
 from core.errors import InvalidInput
 
+ROW_PX = 35
+
 user = require_user()
 admin_projects = sorted(
     project for project, role in auth.memberships(catalog(), user).items() if role.rank >= auth.Role.ADMIN.rank
@@ -52,7 +54,14 @@ with oreo_errors():
             for number, item in enumerate(items, start=1)
         ]
     )
-    st.dataframe(table, hide_index=True, width="stretch", key="rules_table")
+    st.container(key="rules_list").dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        height=ROW_PX * (len(table) + 1) + 3,  # every rule at once: a suite is short
+        row_height=ROW_PX,
+        key="rules_table",
+    )
 
     st.subheader("Change a rule", anchor=False)
     if items:

@@ -26,6 +26,7 @@ TABLES = {
     "projects", "users", "memberships", "datasets", "audit_events", "change_requests", "cr_comments",
     "web_sessions", "sign_in_failures",
     "webhooks", "notify_outbox", "notify_inbox",
+    "cr_revisions",
 }  # fmt: skip
 
 

@@ -102,6 +102,15 @@ def test_stats_match_the_table(catalog: Catalog) -> None:
     assert (stats.last_optimize, stats.last_vacuum) == (None, None)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "small"),
+    [([100], 0), ([100, 200], 2), ([100, 5 << 20], 0), ([100, 200, 5 << 20], 2), ([], 0)],
+    ids=["one-small-file", "two", "one-small-beside-a-big-one", "two-beside-a-big-one", "empty"],
+)
+def test_small_files_are_the_ones_optimize_would_compact(sizes: list[int], small: int) -> None:
+    assert maintenance._small_files(sizes, 1 << 20) == small
+
+
 def test_stats_need_membership(catalog: Catalog) -> None:
     create_user(catalog, "out", password="out-password-1")
     with pytest.raises(PermissionDenied, match="not a member"):
@@ -216,6 +225,33 @@ def test_vacuum_refuses_a_short_retention_unless_forced(catalog: Catalog) -> Non
         _checksum(0)
     info = get_dataset(catalog, "demo", "people", actor=SYSTEM)
     assert info.version == engine.latest_version(main)
+
+
+def test_a_vacuum_dry_run_lists_files_and_bytes_and_deletes_nothing(catalog: Catalog) -> None:
+    main = _layout().main
+    # OPTIMIZE replaces every file: each replaced one is what VACUUM 0 h would delete.
+    maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, optimize=True)
+    version, files = engine.latest_version(main), sorted(_data_files())
+    current = set(_current_files(main))
+    replaced = {p.name: p.stat().st_size for p in files if p.name not in current}
+    assert replaced
+    plan = maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM, retain_hours=0)
+    assert {f.path: f.size_bytes for f in plan.files} == replaced  # paths inside the table, no server folders
+    assert plan.size_bytes == sum(replaced.values())
+    assert plan.unrestorable_versions is not None and plan.unrestorable_versions[0] == 0
+    assert sorted(_data_files()) == files and engine.latest_version(main) == version  # nothing deleted or committed
+    # At the safe horizon nothing recent goes.
+    assert maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM).files == []
+    with pytest.raises(PermissionDenied):
+        maintenance.vacuum_dry_run(catalog, "demo", "people", actor=get_user(catalog, "ed"))
+    with pytest.raises(InvalidInput, match="retention must be 0 hours or more"):
+        maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM, retain_hours=-1)
+
+
+def _current_files(main: Path) -> list[str]:
+    from deltalake import DeltaTable
+
+    return [Path(uri).name for uri in DeltaTable(str(main)).file_uris()]
 
 
 def test_vacuum_keeps_the_restore_window_in_the_table_properties(catalog: Catalog) -> None:

@@ -261,6 +261,7 @@ def test_inbox_counts_and_mark_read(workspace: Catalog) -> None:
     _submitted(workspace)
     notify.emit(workspace, "revised", project="demo", dataset="people", cr_id=CR, actor="ed", extra={"revision": 2})
     assert notify.unread_count(workspace, al) == 3
+    assert notify.inbox(workspace, al)[0].summary == "ed revised “Fix ages” on demo/people (revision 2)"
     first = notify.inbox(workspace, al)[-1]
     assert notify.mark_read(workspace, al, [first.id]) == 1
     assert notify.unread_count(workspace, al) == 2

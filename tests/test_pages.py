@@ -133,6 +133,12 @@ def test_failed_sign_in_shows_an_error_and_stays_signed_out(workspace: Catalog, 
     assert _texts(at.title) == ["Oreo"]
 
 
+def workspace_creator(catalog: Catalog) -> str:
+    from core import auth, datasets
+
+    return datasets.get_dataset(catalog, "shop", "orders", actor=auth.SYSTEM).created_by
+
+
 def test_sign_in_shows_the_datasets_page(workspace: Catalog) -> None:
     at = _sign_in(_app().run(timeout=60), "erin", PASSWORD)
 
@@ -144,6 +150,10 @@ def test_sign_in_shows_the_datasets_page(workspace: Catalog) -> None:
     listing = at.dataframe[0].value
     assert list(listing["dataset"]) == ["orders"]
     assert list(listing["rows"]) == [ROWS]
+    # The last change reads as a version, what it was and who made it, never a commit UUID.
+    assert list(listing["last change"]) == ["v0 · created"]
+    assert list(listing["by"]) == [workspace_creator(workspace)]
+    assert "last commit" not in listing.columns
     sidebar = " ".join(_texts(at.sidebar.markdown))
     assert "Signed in as **Erin Editor**" in sidebar
     assert "`erin` · editor" in sidebar

@@ -117,7 +117,9 @@ def test_timeline_lists_every_version_with_actor_and_request(workspace: Catalog,
     assert len(chart) == 1
     spec = json.loads(chart[0].proto.spec)
     assert spec["mark"] in ("bar", {"type": "bar"})
-    assert spec["encoding"]["color"]["field"] == "operation"
+    assert spec["encoding"]["color"]["field"] == "kind"
+    assert spec["encoding"]["x"]["type"] == "temporal"
+    assert list(merged["kind"]) == ["change request", "change request", "create"]
 
 
 def test_selecting_a_version_opens_its_change_request(workspace: Catalog, ids: dict[str, str]) -> None:
@@ -250,6 +252,41 @@ def test_restore_asks_for_a_reason_then_restores(workspace: Catalog) -> None:
     assert (newest.version, newest.actor, newest.reason) == (3, "ada", "The platinum plan was a mistake.")
     # The page now lists the new version.
     assert at.selectbox(key="history_version").options[0].startswith("v3 · ")
+    # The timeline says what the restore was: its target, its reason and the rows it moved.
+    at.segmented_control(key="history_section").set_value("Timeline").run(timeout=300)
+    restored = _frame(at, "history_timeline").set_index("version").loc[3]
+    assert (restored["kind"], restored["actor"]) == ("restore", "ada")
+    details = str(restored["details"])
+    assert details.startswith("restored to v0 · reason: The platinum plan was a mistake. · ")
+    assert newest.metrics["rows_added"] >= 2 and "row(s) brought back" in details and "files: " in details
+
+
+def test_maintenance_versions_are_hidden_until_asked_for(workspace: Catalog) -> None:
+    ada = user(workspace, "ada")
+    maintenance.maintain(workspace, "shop", "orders", actor=ada, optimize=True, zorder=["plan"])
+    made = [v for v in history.table_history(workspace, "shop", "orders", actor=ada).versions if v.version > 2]
+    assert made and {v.kind for v in made} == {"maintenance"} and "OPTIMIZE" in {v.operation for v in made}
+    at = _history("ada")
+    # Hidden by default, maintenance pushes no data change off the page.
+    assert list(_frame(at, "history_timeline")["version"]) == [2, 1, 0]
+    assert has_text(at.caption, f"{len(made)} maintenance version(s) hidden"), texts(at.caption)
+    at.toggle(key="history_hide_maintenance").set_value(False).run(timeout=300)
+    timeline = _frame(at, "history_timeline").set_index("version")
+    assert list(timeline.index) == [*(v.version for v in made), 2, 1, 0]
+    optimize = next(v.version for v in made if v.operation == "OPTIMIZE")
+    assert timeline.loc[optimize, "kind"] == "maintenance"
+    assert timeline.loc[optimize, "details"] == "maintenance (optimize): no row changed"
+
+
+def test_a_version_picked_in_the_timeline_carries_over(workspace: Catalog) -> None:
+    at = _history("ada")
+    at.session_state["history_timeline"] = {"selection": {"rows": [1], "columns": [], "cells": []}}  # version 1
+    at.run(timeout=300)
+    at.segmented_control(key="history_section").set_value("Version").run(timeout=300)
+    assert at.selectbox(key="history_version").value == 1
+    assert at.button(key="history_restore").label == "Restore to v1"
+    at.segmented_control(key="history_section").set_value("Compare").run(timeout=300)
+    assert (at.selectbox(key="history_from").value, at.selectbox(key="history_to").value) == (0, 1)
 
 
 def test_export_bytes_hold_the_chosen_version(workspace: Catalog, tmp_path: Path) -> None:

@@ -44,7 +44,7 @@ def test_the_badge_counts_unread_events_and_the_inbox_lists_and_marks_them(works
     at.switch_page(INBOX_PAGE).run()
     assert not at.exception, at.exception
     assert [m for m in texts(at.markdown) if "demo/people" in m] == [
-        ":blue-badge[revised] **ed revised demo/people**",
+        ":blue-badge[revised] **ed revised demo/people (revision 2)**",
         ":blue-badge[submitted] **ed submitted demo/people**",
     ]
     assert any("**2** unread of 2" in c for c in texts(at.caption))
@@ -55,7 +55,9 @@ def test_the_badge_counts_unread_events_and_the_inbox_lists_and_marks_them(works
     assert ":blue-badge[submitted] ed submitted demo/people" in texts(at.markdown)  # read: no longer bold
 
     at.toggle(key="inbox_unread_only").set_value(True).run()
-    assert [m for m in texts(at.markdown) if "demo/people" in m] == [":blue-badge[revised] **ed revised demo/people**"]
+    assert [m for m in texts(at.markdown) if "demo/people" in m] == [
+        ":blue-badge[revised] **ed revised demo/people (revision 2)**"
+    ]
     at.button(key="inbox_mark_all").click().run()
     assert _badge(at) == "Inbox"
     assert notify.unread_count(workspace, get_user(workspace, "al")) == 0

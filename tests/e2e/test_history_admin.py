@@ -239,6 +239,51 @@ def test_an_admin_previews_diffs_and_restores_a_version(
     expect(cell(timeline, 0, "version")).to_have_text("2")
     expect(cell(timeline, 0, "operation")).to_have_text("RESTORE")
     expect(cell(timeline, 0, "actor")).to_have_text("admin")
+    # It says why, to which version, and what it moved.
+    expect(cell(timeline, 0, "kind")).to_have_text("restore")
+    details = cell(timeline, 0, "details")
+    expect(details).to_contain_text("restored to v0 · reason: The rename was a mistake.")
+    expect(details).to_contain_text("row(s) brought back")
+    shoot(page, "history-timeline-restore")
+
+
+def shoot(page: Page, name: str) -> None:
+    """A 1400x1000 screenshot for people to look at (OREO_SCREENSHOTS names the folder)."""
+    folder = os.environ.get("OREO_SCREENSHOTS")
+    if not folder:
+        return
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    wait_idle(page)
+    page.screenshot(path=str(Path(folder) / f"{name}.png"))
+    page.set_viewport_size({"width": 1920, "height": 1200})
+
+
+def test_an_admin_reads_and_tunes_the_rules(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+) -> None:
+    server, _ = history_server
+    page = new_page(server.url)
+    sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
+    page.get_by_role("link", name="Rules").click()
+    settle(page, page.get_by_role("heading", name="Rules", exact=True))
+    rules = grid(page, "rules_list")
+    # The demo's rules, inferred when it was created, in plain words.
+    expect(rules).to_contain_text("monthly_spend is never empty")
+    expect(rules).to_contain_text("orders is between 0 and")
+    shoot(page, "rules")
+
+    choose(page, "rules_pick", "orders is between", re.compile(r"^#\d+ · orders is between"))
+    severity = page.locator("[class*='st-key-rules_severity_'] [role='combobox']")
+    severity.click()
+    page.get_by_role("option", name="critical", exact=True).click()
+    page.get_by_role("button", name="Save rule").click()
+    expect(alert(page, "saved.")).to_be_visible()
+    wait_idle(page)
+    row = grid(page, "rules_list").locator("tr", has_text="orders is between")
+    expect(row).to_contain_text("critical")
 
 
 @pytest.mark.parametrize("username", ["editor", "approver"])

@@ -11,9 +11,9 @@ The table is read-only HTML (``st.html``; ``st.data_editor`` cannot style a cell
 
 Every value is escaped with ``html.escape``. Every cell carries a stable identity,
 ``data-row-id`` and ``data-column`` (and an ``id`` built from them). A cell someone
-commented on (a change request's cell comments, ``notes``) carries a speech-bubble marker
-(``.oreo-note``, an inline SVG: no emoji font needed) whose tooltip is the comments, and
-the class ``oreo-commented``.
+commented on (a change request's cell comments, ``notes``) is outlined (class
+``oreo-commented``) and carries a small blue "comment" badge (``.oreo-note``; plain text:
+``st.html`` drops inline SVG and an emoji needs a font) whose tooltip is the comments.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ table.oreo-diff ins { background: #fff3b0; color: #3b2e00; text-decoration: none
   padding: 0 3px; border-radius: 3px; }
 table.oreo-diff .oreo-arrow { color: #57606a; padding: 0 4px; }
 table.oreo-diff td.oreo-commented { outline: 2px solid #0969da; outline-offset: -2px; }
-table.oreo-diff .oreo-note { cursor: help; margin-left: 6px; color: #0969da; vertical-align: middle; }
+table.oreo-diff .oreo-note { cursor: help; margin-left: 8px; padding: 1px 7px; border-radius: 9px;
+  background: #ddf4ff; color: #0969da; font-size: 11px; font-weight: 600; vertical-align: middle; }
 </style>
 """
 
@@ -88,21 +89,14 @@ def _value(value: str | None, column: str, types: Mapping[str, str]) -> str:
     return html.escape(display_value(value, types.get(column)))
 
 
-# A speech bubble (16 px, currentColor) with the number-free look of a comment icon.
-_BUBBLE = (
-    '<svg width="16" height="16" viewBox="0 0 24 24" aria-hidden="true" style="display:inline-block">'
-    '<path fill="currentColor" d="M4 3h16a2 2 0 0 1 2 2v11a2 2 0 0 1-2 2H9l-5 4v-4H4a2 2 0 0 1-2-2V5a2 '
-    '2 0 0 1 2-2zm3 6v2h10V9H7zm0-3v2h10V6H7zm0 6v2h7v-2H7z"/></svg>'
-)
-
-
 def _note(row_id: str, column: str, notes: Notes) -> tuple[str, str]:
     """The extra class and the comment marker (its tooltip: every comment on the cell) of a commented cell."""
     lines = notes.get((row_id, column))
     if not lines:
         return "", ""
     title = html.escape("\n".join(lines), quote=True)
-    return " oreo-commented", f'<span class="oreo-note" title="{title}" aria-label="{title}">{_BUBBLE}</span>'
+    label = "comment" if len(lines) == 1 else f"{len(lines)} comments"
+    return " oreo-commented", f'<span class="oreo-note" title="{title}">{label}</span>'
 
 
 def _cell(row: RowChange, column: str, types: Mapping[str, str], notes: Notes | None = None) -> str:

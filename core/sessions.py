@@ -158,7 +158,8 @@ def _expired(info: SessionInfo) -> bool:
 def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> SessionInfo:
     """The actor's open session on a dataset, created (at the current version) if none.
 
-    An expired session is removed first, and a new one is started.
+    A session being revised (``REVISING``) comes first. An expired session is removed
+    first, and a new one is started.
     """
     dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
     require_role(catalog, actor, project_id, Role.EDITOR, action="edit this dataset")

@@ -40,7 +40,9 @@ def open_request(item: notify.InboxItem) -> None:
     if cr.author == user.username:
         st.switch_page(PAGES / "requests.py", query_params={"cr": cr.id})
     role = auth.role_in(catalog(), user, cr.project_id)
-    if cr.state == CRState.OPEN and role is not None and role.rank >= auth.Role.APPROVER.rank:
+    # The Review page lists requests waiting for a revision too (changes requested).
+    reviewable = cr.state in (CRState.OPEN, CRState.CHANGES_REQUESTED)
+    if reviewable and role is not None and role.rank >= auth.Role.APPROVER.rank:
         st.session_state["review_cr"] = cr.id  # the Review page opens the request it finds here
         st.switch_page(PAGES / "review.py", query_params={"cr": cr.id})
     flash(f"Change request `{cr.id}` ({cr.title}) is {cr.state.value}: it left the review queue.", kind="info")

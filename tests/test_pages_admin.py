@@ -113,7 +113,7 @@ def test_optimize_runs_and_shows_its_report(workspace: Catalog) -> None:
     assert not at.error, texts(at.error)
     assert has_text(at.success, "OPTIMIZE shop/orders finished.")
     report = _report(at)
-    assert set(report["step"]) == {"optimize"}
+    assert set(report["step"]) <= {"retention", "optimize"} and "optimize" in set(report["step"])
     files = report[report["what"] == "files"].iloc[0]
     assert int(files["before"]) >= 1 and int(files["after"]) >= 1
     assert list(report.loc[report["what"] == "ZORDER BY", "after"]) == ["plan"]
@@ -131,7 +131,7 @@ def test_checkpoint_runs_and_shows_its_report(workspace: Catalog) -> None:
     assert not at.error, texts(at.error)
     assert has_text(at.success, "Checkpoint shop/orders finished.")
     report = _report(at)
-    assert list(report["step"]) == ["checkpoint"] and list(report["after"]) == ["written"]
+    assert list(report.loc[report["step"] == "checkpoint", "after"]) == ["written"]
 
 
 def _report(at: AppTest) -> pd.DataFrame:

@@ -174,3 +174,37 @@ def test_an_empty_table_proposes_nothing(tmp_path: Path) -> None:
     write_deltalake(str(path), pa.table({"row_id": pa.array([], pa.string()), "n": pa.array([], pa.int64())}))
     assert rules.infer_rules(path, None, reads.table_schema(path)) == []
     assert json.dumps(rules.active_suite({"name": "x", "expectations": []})) == '{"name": "x", "expectations": []}'
+
+
+@pytest.mark.spark
+def test_a_fresh_demo_flags_an_emptied_spend_and_absurd_orders_as_warnings(catalog, spark) -> None:  # type: ignore[no-untyped-def]
+    from core import change_requests, demo, sessions
+    from core.auth import get_user
+
+    demo.seed_demo(catalog, rows=300)
+    editor = get_user(catalog, "editor")
+    page = reads.read_page(dataset_layout_main(), limit=2).rows
+    first, second = (str(r) for r in page["row_id"])
+    session = sessions.open_session(catalog, demo.DEMO_PROJECT, demo.DEMO_DATASET, actor=editor)
+    sessions.apply_edits(
+        catalog,
+        session.session_id,
+        [sessions.SetCell(first, "monthly_spend", None), sessions.SetCell(second, "orders", "99999999999")],
+        actor=editor,
+    )
+    cr = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="Oops")
+    run = change_requests.validation_for(catalog, cr.id, actor=editor)
+    assert run is not None and (cr.validation_status, run.status) == ("warning", "warning")
+    assert {(f.column, f.expectation, f.severity) for f in run.failures} == {
+        ("monthly_spend", "expect_column_values_to_not_be_null", "warning"),
+        ("orders", "expect_column_values_to_be_between", "warning"),
+    }
+    outlier = next(c for c in run.checks if c.column == "orders" and not c.success)
+    assert outlier.unexpected_sample == [99999999999]
+
+
+def dataset_layout_main() -> Path:
+    from core import demo
+    from core.datasets import layout_for
+
+    return layout_for(demo.DEMO_PROJECT, demo.DEMO_DATASET).main

@@ -81,7 +81,9 @@ def notify_drain(
     from core import notify
 
     state.json = state.json or json_output
-    report = notify.drain(_catalog(), limit=limit)
+    catalog = _catalog()
+    notify.sweep_stale(catalog)  # requests main moved under that now conflict: their "stale" notices first
+    report = notify.drain(catalog, limit=limit)
     lines = [f"sent {d.channel} {d.event} {d.cr_id or ''} -> {d.target}" for d in report.sent]
     lines += [
         f"failed {d.channel} {d.event} {d.cr_id or ''} -> {d.target} (attempt {d.attempts}, "

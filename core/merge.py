@@ -34,6 +34,7 @@ fences them against a restore: Delta's ``RESTORE`` ignores transaction ids.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -69,6 +70,8 @@ from core.change_requests import (
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
 from core.writer import writing
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[float, str], None]
 MERGE_ACTION = "merge_change_request"
@@ -200,6 +203,47 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
     conflicts = conflicts_since(layout.main, staging, record.base_version)
     notify.emit_stale(catalog, record.project_id, record.dataset_id, cr_id, [c.version for c in conflicts])
     return conflicts
+
+
+# Per process: the main version each open request was last checked against by sweep_stale.
+_STALE_CHECKED: dict[str, int] = {}
+
+
+def sweep_stale(catalog: Catalog) -> int:
+    """Check every open request whose table moved past its base version for conflicts; tell
+    the author of each that now conflicts (``notify.emit_stale``, once per newest conflicting
+    version). A request is checked again only when its table moves again.
+
+    Returns:
+        How many requests were checked.
+    """
+    from core.auth import SYSTEM
+
+    with catalog.session() as s:
+        moved = list(
+            s.execute(
+                select(ChangeRequestRow.id, DatasetRow.delta_version)
+                .join(
+                    DatasetRow,
+                    (DatasetRow.project_id == ChangeRequestRow.project_id)
+                    & (DatasetRow.dataset_id == ChangeRequestRow.dataset_id),
+                )
+                .where(ChangeRequestRow.state == CRState.OPEN.value)
+                .where(DatasetRow.delta_version > ChangeRequestRow.base_version)
+            )
+        )
+    checked = 0
+    for cr_id, version in moved:
+        if version is None or _STALE_CHECKED.get(cr_id) == version:
+            continue
+        try:
+            find_conflicts(catalog, cr_id, actor=SYSTEM)
+        except OreoError:
+            log.warning("checking change request %s for conflicts failed", cr_id, exc_info=True)
+            continue
+        _STALE_CHECKED[cr_id] = int(version)
+        checked += 1
+    return checked
 
 
 # ---------------------------------------------------------------- merge

@@ -798,10 +798,21 @@ def stop_background_drainer(timeout: float = 30.0) -> None:
         thread.join(timeout)
 
 
+def sweep_stale(catalog: Catalog) -> int:
+    """``core.merge.sweep_stale``: open requests that main moved under and that now conflict tell their author."""
+    from core.merge import sweep_stale as sweep
+
+    return sweep(catalog)
+
+
 def _drain_forever(catalog: Catalog | None, every: float) -> None:
     from core.catalog import open_catalog
 
     while not _drainer_stop.is_set():
+        try:
+            sweep_stale(catalog or open_catalog())
+        except Exception:  # a table being rewritten, a catalog restarting: the next round checks again
+            log.warning("checking open change requests for conflicts failed", exc_info=True)
         try:
             report = drain(catalog or open_catalog())
             if report.failed or report.dead:

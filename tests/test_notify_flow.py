@@ -124,3 +124,21 @@ def test_a_request_that_main_moved_under_tells_its_author_once(catalog: Catalog)
     [notice] = [i for i in notify.inbox(catalog, get_user(catalog, "ed")) if i.event == "stale"]
     assert notice.cr_id == stale.id and f"(version {merged.merged_version})" in notice.summary
     assert [i.event for i in notify.inbox(catalog, al)] == ["submitted", "submitted"]
+
+
+def test_the_sweep_tells_the_author_even_when_no_one_looks_at_the_request(catalog: Catalog) -> None:
+    stale = _submit(catalog, [SetCell("4", "name", "Four")], "Rename four")
+    untouched = _submit(catalog, [SetCell("5", "name", "Cinq")], "Rename five")
+    rival = get_user(catalog, "ada")
+    session = sessions.open_session(catalog, "demo", "people", actor=rival)
+    sessions.apply_edits(catalog, session.session_id, [SetCell("4", "name", "Quatre")], actor=rival)
+    first = crs.submit_change_request(catalog, session.session_id, actor=rival, title="Rival rename")
+    assert merge.sweep_stale(catalog) == 0  # main has not moved: nothing to check
+    merged = merge.approve_change_request(catalog, first.id, actor=get_user(catalog, "al"))
+
+    # What the app's background drainer and `oreo notify drain` run before sending.
+    assert merge.sweep_stale(catalog) == 2  # both open requests are behind main now
+    assert merge.sweep_stale(catalog) == 0  # and are not checked again until main moves again
+    notices = [i for i in notify.inbox(catalog, get_user(catalog, "ed")) if i.event == "stale"]
+    assert [(n.cr_id, f"(version {merged.merged_version})" in n.summary) for n in notices] == [(stale.id, True)]
+    assert untouched.id not in {n.cr_id for n in notices}  # behind main, but no conflict

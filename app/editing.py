@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from app.formatting import display_value, is_empty, shortened
+from core import rules
 from core.errors import InvalidInput
 from core.sessions import CHANGE_COLUMN, EDITED_COLUMN, DeleteRow, EditOp, SetCell, UndoCell
 from core.values import INTEGER_RANGES, decimal_shape, type_family
@@ -51,10 +52,16 @@ class ColumnRule:
 
 
 def column_rules(suite: Mapping[str, Any]) -> dict[str, ColumnRule]:
-    """Per column, the allowed values and the longest text the GX suite allows."""
+    """Per column, the allowed values and the longest text the GX suite allows.
+
+    Rules Oreo inferred from the data, and turned-off rules, shape no editor: an inferred
+    value set warns the approver about a new value, it does not stop anyone typing one.
+    """
     sets: dict[str, tuple[Any, ...]] = {}
     lengths: dict[str, int] = {}
     for item in suite.get("expectations") or []:
+        if rules.is_inferred(item) or rules.is_disabled(item):
+            continue
         kwargs = item.get("kwargs") or {}
         column = kwargs.get("column")
         if not isinstance(column, str):

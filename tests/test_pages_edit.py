@@ -534,6 +534,18 @@ def test_column_rules_read_the_suite_and_long_text_is_refused() -> None:
         }
     )
     assert rules == {"plan": editing.ColumnRule(value_set=("a", "b")), "name": editing.ColumnRule(max_length=5)}
+    # Inferred and turned-off rules warn at review; they never restrict what an editor types.
+    inferred = {
+        "type": "expect_column_values_to_be_in_set",
+        "kwargs": {"column": "city", "value_set": ["x"]},
+        "meta": {"oreo": {"inferred": True}},
+    }
+    off = {
+        "type": "expect_column_value_lengths_to_be_between",
+        "kwargs": {"column": "note", "max_value": 3},
+        "meta": {"oreo": {"disabled": True}},
+    }
+    assert editing.column_rules({"expectations": [inferred, off]}) == {}
 
     editing.check_lengths({"name": "12345", "n": 123456}, rules, TYPES, "r1")
     with pytest.raises(

@@ -273,8 +273,12 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     assert rows == {("plan", old_plan, "platinum"), ("first_name", old_name, "Zoë")}
     checks = page.locator(".st-key-review_checks")
     expect(checks).to_contain_text(re.compile(r"Data checks: .*warning"))
-    expect(checks).to_contain_text("expect_column_values_to_match_regex")
-    expect(checks).to_contain_text("on plan · 1 unexpected value(s)")
+    # Every check evaluated is listed, the failed one first, in plain words with its failing value.
+    expect(checks).to_contain_text("3 expectation(s) evaluated · 1 failed")
+    failed = checks.locator("tr[aria-rowindex='2']")
+    expect(failed).to_contain_text("failed")
+    expect(failed).to_contain_text("plan matches ^(")
+    expect(failed).to_contain_text('"platinum"')
     expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
 
     approve = page.get_by_role("button", name="Approve", exact=True)

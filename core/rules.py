@@ -149,7 +149,7 @@ def infer_rules(path: Path, version: int | None, columns: list[reads.Column]) ->
                 found.append(_rule("expect_column_values_to_be_between", column.name, min_value=lower, max_value=upper))
             continue
         distinct = int(values.pop(0) or 0)
-        shaped = [int(values.pop(0)) for _ in SHAPES]
+        shaped = [int(values.pop(0) or 0) for _ in SHAPES]  # count_if over only NULLs is NULL
         if present and distinct <= VALUE_SET_MAX and present >= 2 * distinct:
             seen = reads.cursor().execute(
                 f"SELECT DISTINCT {q(column.name)} FROM {scan} WHERE {q(column.name)} IS NOT NULL ORDER BY 1", at

@@ -132,7 +132,8 @@ def _markdown(at: AppTest) -> str:
 
 
 def _page_links(at: AppTest) -> list[str]:
-    return [e.proto.label for e in at.get("page_link")]
+    """The page's own links (the sidebar's Inbox link is the router's, on every page)."""
+    return [e.proto.label for e in at.get("page_link") if e not in at.sidebar.get("page_link")]
 
 
 # ---------------------------------------------------------------- upload, preview, schema

@@ -169,6 +169,12 @@ def test_rules_read_as_plain_words(item: dict, text: str) -> None:  # type: igno
     assert rules.describe(item) == text
 
 
+def test_an_all_empty_text_column_proposes_nothing_for_it(tmp_path: Path) -> None:
+    path = tmp_path / "blank"
+    write_deltalake(str(path), pa.table({"row_id": ["1", "2"], "note": pa.array([None, None], pa.string())}))
+    assert rules.infer_rules(path, None, reads.table_schema(path)) == []
+
+
 def test_an_empty_table_proposes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "empty"
     write_deltalake(str(path), pa.table({"row_id": pa.array([], pa.string()), "n": pa.array([], pa.int64())}))

@@ -34,6 +34,12 @@ SERVER_START_TIMEOUT = 90.0
 # Cold reads (DuckDB loading its Delta extension) can take several seconds on a busy machine.
 UI_TIMEOUT_MS = 60_000
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+# Every page records when its script-run state last changed (see wait_quiet).
+RUN_WATCH = """
+new MutationObserver(() => { window.__oreoRunChange = performance.now(); }).observe(document, {
+  subtree: true, attributes: true, attributeFilter: ["data-test-script-state"],
+});
+"""
 expect.set_options(timeout=120_000)  # every expect() polls; a busy 2-core machine can need minutes
 
 
@@ -208,6 +214,7 @@ def new_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
         context = browser.new_context(base_url=base_url, viewport={"width": 1920, "height": 1200})
         context.set_default_timeout(UI_TIMEOUT_MS)
         contexts.append(context)
+        context.add_init_script(RUN_WATCH)
         page = context.new_page()
         page.goto("/")
         wait_idle(page)
@@ -227,6 +234,22 @@ def settle() -> Callable[..., None]:
 def wait_idle(page: Page) -> None:
     """Wait until no script run is in progress."""
     expect(page.locator(APP_IDLE)).to_be_attached(timeout=UI_TIMEOUT_MS)
+
+
+def wait_quiet(page: Page, quiet_ms: int = 1000) -> None:
+    """Wait until no script run has started or ended for ``quiet_ms``.
+
+    Right after a page loads, the data editor may still send one more widget update of its
+    own (it drops restored edits that the data now already holds), and the rerun that follows
+    replaces the grid under a cell being typed into. A person would not start typing in that
+    instant; the test waits for it to pass.
+    """
+    page.wait_for_function(
+        "quiet => document.querySelector(\"[data-testid='stApp'][data-test-script-state='notRunning']\") !== null"
+        " && performance.now() - (window.__oreoRunChange ?? 0) > quiet",
+        arg=quiet_ms,
+        timeout=UI_TIMEOUT_MS,
+    )
 
 
 def _settle(page: Page, expected: Locator, text: str | None = None) -> None:

@@ -86,6 +86,21 @@ def wait_idle(page: Page) -> None:
     expect(page.locator(APP_IDLE)).to_be_attached(timeout=SLOW_MS)
 
 
+def wait_quiet(page: Page, quiet_ms: int = 1000) -> None:
+    """Wait until no script run has started or ended for ``quiet_ms`` (conftest.RUN_WATCH records it).
+
+    Right after the Table page loads, the data editor may send one more widget update of its
+    own (it drops restored edits that the data now holds), and the rerun that follows
+    replaces the grid under a cell being typed into: the edit is lost without a trace.
+    """
+    page.wait_for_function(
+        "quiet => document.querySelector(\"[data-testid='stApp'][data-test-script-state='notRunning']\") !== null"
+        " && performance.now() - (window.__oreoRunChange ?? 0) > quiet",
+        arg=quiet_ms,
+        timeout=SLOW_MS,
+    )
+
+
 def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
@@ -154,19 +169,21 @@ def cell_centre(page: Page, row: int, name: str) -> tuple[float, float]:
 def type_into_cell(page: Page, row: int, name: str, text: str) -> None:
     """Double-click a cell of the editor, replace its text and press Enter; wait until it is saved.
 
-    On a loaded machine the grid has been seen to drop an edit typed right after the page
-    loaded: the cell shows its old value again as soon as Enter is pressed, and nothing
-    reaches the server. A person would see that and type it once more; so does this.
+    The grid has been seen to drop an edit typed right after the page loaded: the cell shows
+    its old value again as soon as Enter is pressed, and nothing reaches the server. Typing
+    starts once the page has been quiet for a second; a person who still saw the old value
+    would type it once more, and so does this (up to three times).
     """
-    wait_idle(page)
+    wait_quiet(page)
     page.evaluate("document.fonts.ready.then(() => true)")  # the grid measures its columns with the page fonts
-    for attempt in range(2):
+    for attempt in range(3):
         x, y = cell_centre(page, row, name)
         page.mouse.dblclick(x, y)
         field = page.locator("[id^='gdg-overlay-']").locator("textarea, input")
         expect(field).to_be_focused()
+        expect(field).to_have_value(re.compile(".*"))  # the editor holds the cell's text
         page.keyboard.press("ControlOrMeta+a")
-        page.keyboard.type(text)
+        page.keyboard.type(text, delay=30)  # about a fast typist's pace
         expect(field).to_have_value(text)
         page.keyboard.press("Enter")
         expect(field).to_have_count(0)
@@ -174,13 +191,13 @@ def type_into_cell(page: Page, row: int, name: str, text: str) -> None:
             expect(cell(editor(page), row, name)).to_have_text(text, timeout=10_000)
             break
         except AssertionError:
-            if attempt:
+            if attempt == 2:
                 raise
-            wait_idle(page)
+            wait_quiet(page, 2000)
     # Saved: the page reran with a fresh editor that shows the stored edit, marked.
     expect(marker(page, row)).to_have_text("✎ edited", timeout=SLOW_MS)
     expect(cell(editor(page), row, name)).to_have_text(text)
-    wait_idle(page)
+    wait_quiet(page)  # the editor may rerun once more to drop its copy of the now-saved edit
 
 
 def alert(page: Page, text: str) -> Locator:

@@ -106,7 +106,8 @@ def _type_once(page: Page, row: int, name: str, text: str) -> None:
     field = overlay.locator("textarea, input")
     expect(field).to_be_focused()
     page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type(text)
+    page.keyboard.type(text, delay=30)  # a fast typist's pace: the grid drops edits typed faster
+    expect(field).to_have_value(text)
     page.keyboard.press("Enter")
 
 
@@ -212,7 +213,7 @@ def test_submit_and_approve_show_their_stages_and_an_approval_outlives_its_tab(
 
     # ---- the author sees the request merged, with its stage durations
     page.get_by_role("link", name="My requests").click()
-    grid = page.get_by_test_id("stDataFrame").locator("table[role='grid']")
+    grid = page.get_by_test_id("stDataFrame").first.locator("table[role='grid']")  # the list, above the details
     expect(grid).to_contain_text(cr_id)
     expect(grid).to_contain_text("merged")
     expect(grid).to_contain_text(APPROVE_TIMES)

@@ -273,7 +273,7 @@ def test_a_server_killed_mid_approval_leaves_the_request_open_and_says_so_after_
     author.get_by_role("link", name="Datasets").click()
     expect(author.get_by_role("heading", name="Datasets")).to_be_visible()
     author.get_by_role("link", name="My requests").click()
-    grid = author.get_by_test_id("stDataFrame").locator("table[role='grid']")
+    grid = author.get_by_test_id("stDataFrame").first.locator("table[role='grid']")  # the list, above the details
     expect(grid).to_contain_text(cr_id)
     expect(grid).to_contain_text("merged")
     expect(author.get_by_text(INTERRUPTED)).to_have_count(0)

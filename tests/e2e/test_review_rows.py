@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+from test_edit_review import type_into_cell  # the Table page's double-click edit, shared
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -87,37 +88,6 @@ def select_cell(page: Page, row: int, name: str) -> None:
         page.keyboard.press("ArrowRight")
     expect(selected).to_have_attribute("aria-colindex", str(target))
     expect(selected).to_have_attribute("id", re.compile(rf"-{row}$"))
-
-
-def type_into_cell(page: Page, row: int, name: str, text: str) -> None:
-    """Double-click a cell, replace its text, press Enter; once more if a loaded grid dropped it."""
-    wait_idle(page)
-    page.evaluate("document.fonts.ready.then(() => true)")
-    for attempt in range(2):
-        select_cell(page, row, name)
-        page.keyboard.press("Enter")
-        overlay = page.locator("[id^='gdg-overlay-']")
-        expect(overlay).to_be_visible()
-        where = overlay.bounding_box()
-        assert where is not None
-        page.keyboard.press("Escape")
-        expect(overlay).to_have_count(0)
-        page.mouse.dblclick(where["x"] + where["width"] / 2, where["y"] + where["height"] / 2)
-        field = overlay.locator("textarea, input")
-        expect(field).to_be_focused()
-        page.keyboard.press("ControlOrMeta+a")
-        page.keyboard.type(text)
-        page.keyboard.press("Enter")
-        expect(field).to_have_count(0)
-        try:
-            expect(cell(editor(page), row, name)).to_have_text(text, timeout=10_000)
-            break
-        except AssertionError:
-            if attempt:
-                raise
-            wait_idle(page)
-    expect(cell(editor(page), row, "change")).to_have_text("✎ edited", timeout=SLOW_MS)
-    wait_idle(page)
 
 
 def tick_delete(page: Page, row: int) -> None:

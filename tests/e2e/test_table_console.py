@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
+from test_edit_review import wait_quiet  # waits out the editor's own rerun
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -205,11 +206,12 @@ def type_into_cell(page: Page, row: int, name: str, text: str, shows: str, outco
     has been seen to drop an edit typed right after a rerun (the cell shows its old value
     and nothing reaches the server); a person would type it again, and so does this, once.
     """
-    wait_idle(page)
+    wait_quiet(page)
     for attempt in range(2):
         field = open_cell_editor(page, row, name)
         page.keyboard.press("ControlOrMeta+a")
-        page.keyboard.type(text)
+        page.keyboard.type(text, delay=30)  # a fast typist's pace: the grid drops edits typed faster
+        expect(field).to_have_value(text)
         page.keyboard.press("Enter")
         expect(field).to_have_count(0)
         try:
@@ -218,9 +220,9 @@ def type_into_cell(page: Page, row: int, name: str, text: str, shows: str, outco
         except AssertionError:
             if attempt:
                 raise
-            wait_idle(page)
+            wait_quiet(page, 2000)
     expect(outcome).to_be_visible(timeout=SLOW_MS)
-    wait_idle(page)
+    wait_quiet(page)
 
 
 def pending_caption(page: Page) -> Locator:
@@ -283,7 +285,7 @@ def test_letters_in_a_number_cell_are_not_saved_and_emptying_is_deliberate(
     wait_idle(page)
     field = open_cell_editor(page, ROW, "monthly_spend")
     page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type("abc")
+    page.keyboard.type("abc", delay=30)
     page.keyboard.press("Enter")
     page.keyboard.press("Escape")  # closes the editor if Enter left it open on text it cannot take
     expect(field).to_have_count(0)

@@ -21,11 +21,15 @@ from core.diff import RowDiffPage
 WHOLE_REQUEST = "(the whole request)"
 
 
-def cell_notes(thread: Sequence[Comment]) -> Notes:
-    """Each commented cell's comments as ``author: text`` lines, for the diff's comment markers."""
+def cell_notes(thread: Sequence[Comment], revision: int) -> Notes:
+    """The cell comments made on ``revision`` as ``author: text`` lines, for the markers in its diff.
+
+    A comment on an earlier revision's cell stays in the thread but not beside the cell:
+    the cell it pointed at may have changed since.
+    """
     notes: dict[tuple[str, str], list[str]] = {}
     for c in thread:
-        if c.row_id is not None and c.column is not None:
+        if c.row_id is not None and c.column is not None and c.revision == revision:
             notes.setdefault((c.row_id, c.column), []).append(f"{c.author}: {c.body}")
     return notes
 
@@ -44,7 +48,9 @@ def thread_view(thread: Sequence[Comment], *, key: str) -> None:
         for i, c in enumerate(thread):
             with st.container(border=True, key=f"{key}_{i}"):
                 cell = f" · :blue-badge[{where(c)}]" if c.row_id is not None else ""
-                st.markdown(f"**{c.author}** · {c.ts:%Y-%m-%d %H:%M} UTC{cell}")
+                st.markdown(
+                    f"**{c.author}** · {c.ts:%Y-%m-%d %H:%M} UTC · :gray-badge[on revision {c.revision}]{cell}"
+                )
                 st.text(c.body)
 
 

@@ -875,7 +875,7 @@ def _thread_lines(
     lines = ["thread:" if thread else "thread: no comments"]
     for c in thread:
         cell = f" on row {c.row_id} · {c.column}" if c.row_id is not None else ""
-        lines.append(f"  {c.ts:%Y-%m-%d %H:%M:%S} {c.author}{cell}: {c.body}")
+        lines.append(f"  {c.ts:%Y-%m-%d %H:%M:%S} (revision {c.revision}) {c.author}{cell}: {c.body}")
     lines.append("revisions:")
     lines += [
         f"  {r.number}  {r.staged_at:%Y-%m-%d %H:%M:%S}  base v{r.base_version}  {r.rows} row(s), {r.cells} cell(s)  "

@@ -182,6 +182,7 @@ class CommentRow(Base):
     body: Mapped[str] = mapped_column(Text)
     row_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     column_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    revision: Mapped[int | None] = mapped_column(Integer, nullable=True)  # of the request, when it was written
 
 
 @event.listens_for(CommentRow, "before_update")

@@ -156,9 +156,17 @@ class Comment:
     body: str
     row_id: str | None = None  # set with ``column`` when the comment is on one cell of the diff
     column: str | None = None
+    revision: int = 1  # the request's revision it was made on: a cell comment shows in that revision's diff
 
     def to_json(self) -> dict[str, Any]:
-        return {"author": self.author, "ts": self.ts, "text": self.body, "row_id": self.row_id, "column": self.column}
+        return {
+            "author": self.author,
+            "ts": self.ts,
+            "text": self.body,
+            "row_id": self.row_id,
+            "column": self.column,
+            "revision": self.revision,
+        }
 
 
 @dataclass(frozen=True)
@@ -740,7 +748,7 @@ def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: st
         row.closed_by = actor.username
         row.close_reason = reason
         if reason:
-            s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason))
+            s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason, revision=row.revision))
         audit.record(
             s,
             ChangeRequestClosed(
@@ -808,7 +816,14 @@ def add_comment(
     if row_id is not None or column is not None:
         _check_cell(comment_on, row_id, column)
     with catalog.session() as s:
-        row = CommentRow(cr_id=cr_id, author=actor.username, body=body.strip(), row_id=row_id, column_name=column)
+        row = CommentRow(
+            cr_id=cr_id,
+            author=actor.username,
+            body=body.strip(),
+            row_id=row_id,
+            column_name=column,
+            revision=comment_on.revision,
+        )
         s.add(row)
         s.flush()
         comment = _comment(row)
@@ -838,7 +853,7 @@ def _check_cell(record: ChangeRequest, row_id: str | None, column: str | None) -
 
 
 def _comment(row: CommentRow) -> Comment:
-    return Comment(row.author, row.ts, row.body, row.row_id, row.column_name)
+    return Comment(row.author, row.ts, row.body, row.row_id, row.column_name, row.revision or 1)
 
 
 def comments(catalog: Catalog, cr_id: str, *, actor: User) -> list[Comment]:
@@ -896,6 +911,12 @@ def state_history(catalog: Catalog, cr_id: str, *, actor: User) -> list[StateCha
     return history
 
 
+# An import's rows come from its file, not from a session its author could edit again.
+IMPORT_NOT_REVISABLE = (
+    "import requests are revised by importing again: change request {cr_id} stages a file, not edits"
+)
+
+
 def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -> ChangeRequest:
     """An approver (not the author) sends an open request back to its author, with a reason.
 
@@ -904,7 +925,8 @@ def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -
     Raises:
         PermissionDenied: ``actor`` is not an approver of the project, or wrote the request.
         InvalidInput: No reason.
-        ConflictError: The request is not open, or an approval of it is running or landed.
+        ConflictError: The request is not open, or an approval of it is running or landed; an
+            import request (it is revised by importing again: reject it with a reason).
     """
     from core import merge  # merge builds on this module
 
@@ -914,6 +936,8 @@ def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -
         raise PermissionDenied(
             f"{actor.username!r} wrote change request {cr_id} and cannot request changes on it", user=actor.username
         )
+    if record.kind == "import":
+        raise ConflictError(IMPORT_NOT_REVISABLE.format(cr_id=cr_id) + "; reject it with a reason instead")
     if not reason or not reason.strip():
         raise InvalidInput("a reason is required to request changes", field="reason")
     if record.state != CRState.OPEN:
@@ -929,7 +953,7 @@ def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -
             raise ConflictError(f"change request {cr_id} is no longer open")
         row.state = CRState.CHANGES_REQUESTED.value
         row.updated_at = utcnow()
-        s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason))
+        s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason, revision=record.revision))
         audit.record(
             s,
             ChangesRequested(
@@ -963,7 +987,7 @@ def revise_change_request(
 
     Raises:
         PermissionDenied: ``actor`` is not the author.
-        ConflictError: No changes were requested; an import request (it has no session).
+        ConflictError: No changes were requested; an import request (revised by importing again).
         NotFound: The request's session is gone.
         InvalidInput: The session has no edits.
         EngineError: Spark could not write the staging table (nothing is kept).
@@ -972,13 +996,11 @@ def revise_change_request(
     if record.author != actor.username:
         raise PermissionDenied(f"only the author {record.author!r} can revise {cr_id}", user=actor.username)
     require_role(catalog, actor, record.project_id, Role.EDITOR, action="revise a change request")
+    if record.kind == "import" or record.session_id is None:
+        raise ConflictError(IMPORT_NOT_REVISABLE.format(cr_id=cr_id) + "; withdraw it and import a corrected file")
     if record.state != CRState.CHANGES_REQUESTED:
         raise ConflictError(
             f"change request {cr_id} is {record.state.value}; only a request with changes requested can be revised"
-        )
-    if record.session_id is None:
-        raise ConflictError(
-            f"change request {cr_id} is an import and has no session to revise; withdraw it and import again"
         )
     info, layout = sessions.find_session(catalog, record.session_id)
     edits = effective_edits(layout, info.session_id)

@@ -77,6 +77,7 @@ class Settings:
     smtp_user: str | None = None
     smtp_password: str | None = None
     smtp_from: str = "oreo@localhost"
+    smtp_ca_file: Path | None = None  # a CA bundle to trust for the SMTP server's certificate (else the system's)
     notify_interval_s: int = 30
 
     @classmethod
@@ -110,6 +111,9 @@ class Settings:
             smtp_user=os.environ.get("OREO_SMTP_USER") or None,
             smtp_password=os.environ.get("OREO_SMTP_PASSWORD") or None,
             smtp_from=os.environ.get("OREO_SMTP_FROM") or "oreo@localhost",
+            smtp_ca_file=(
+                Path(os.environ["OREO_SMTP_CA_FILE"]).expanduser() if os.environ.get("OREO_SMTP_CA_FILE") else None
+            ),
             notify_interval_s=_int("OREO_NOTIFY_INTERVAL_S", 30),
         )
 

@@ -85,33 +85,46 @@ _commit_lock = threading.RLock()
 _spark: SparkSession | None = None
 
 
+def session_confs(shuffle_partitions: int) -> dict[str, str]:
+    """The Spark confs Oreo's engine runs with, embedded or on a Spark Connect server.
+
+    ``core.engine`` sets them on the embedded session; ``scripts/cluster.py`` passes them
+    to the Connect server, so both topologies run Oreo's statements the same way.
+    """
+    return {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.default.parallelism": str(shuffle_partitions),
+        # Delta rebuilds a table's state (its file list) with this many tasks before a MERGE,
+        # RESTORE or OPTIMIZE; its default of 50 costs seconds of task overhead on a small host.
+        "spark.databricks.delta.snapshotPartitions": str(shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # 8 MB row groups let DuckDB skip and parallelise within a file when paging.
+        "spark.hadoop.parquet.block.size": str(8 << 20),
+        # Stale-snapshot reads would let two approvals race on an old table state.
+        "spark.databricks.delta.stalenessLimit": "0",
+    }
+
+
 def _build_session() -> SparkSession:
     from pyspark.sql import SparkSession
 
     settings = get_settings()
     if settings.spark_remote:
+        # Delta's commit-conflict errors arrive as its own exception classes only once
+        # their Spark Connect mapping is registered (``concurrency_exceptions`` names them).
+        import delta.connect.exceptions  # noqa: F401
+
         return SparkSession.builder.remote(settings.spark_remote).getOrCreate()
 
-    builder = (
-        SparkSession.builder.appName("oreo")
-        .master(settings.spark_master)
-        .config("spark.sql.extensions", DELTA_EXTENSION)
-        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
-        .config("spark.default.parallelism", str(settings.spark_shuffle_partitions))
-        # Delta rebuilds a table's state (its file list) with this many tasks before a MERGE,
-        # RESTORE or OPTIMIZE; its default of 50 costs seconds of task overhead on a small host.
-        .config("spark.databricks.delta.snapshotPartitions", str(settings.spark_shuffle_partitions))
-        .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # 8 MB row groups let DuckDB skip and parallelise within a file when paging.
-        .config("spark.hadoop.parquet.block.size", str(8 << 20))
-        # Stale-snapshot reads would let two approvals race on an old table state.
-        .config("spark.databricks.delta.stalenessLimit", "0")
-    )
+    builder = SparkSession.builder.appName("oreo").master(settings.spark_master)
+    for key, value in session_confs(settings.spark_shuffle_partitions).items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.driver.memory", settings.spark_driver_memory)
     session = with_delta_jars(builder).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
@@ -451,7 +464,8 @@ def dml_session(
     Child sessions are kept for the next statement, with ``confs`` unset again: a fresh
     one builds its analyzer, optimizer and planner on first use, a cost a small approval
     would pay every time. Spark Connect has no child sessions; there the shared
-    session's conf is set under the commit lock, as in ``commit_metadata``.
+    session's conf is set under the commit lock, as in ``commit_metadata``. Either way
+    the userMetadata and txn id are unset after the block (see ``_ONE_COMMIT_CONFS``).
     """
     confs = {**(confs or {}), USER_METADATA_CONF: commit.user_metadata()}
     if txn is not None:
@@ -469,13 +483,22 @@ def dml_session(
         yield spark
 
 
+# Confs that describe one commit. They are unset after the block whatever they were before:
+# over Spark Connect a txn id left on the server-side session would make Delta skip every
+# later write of that session as a duplicate, and restoring a stale value would keep it there.
+_ONE_COMMIT_CONFS = frozenset({USER_METADATA_CONF, TXN_APP_ID_CONF, TXN_VERSION_CONF})
+
+
 @contextmanager
 def _confs_set(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
-    """``confs`` set on ``spark`` inside the block, and each key as it was afterwards."""
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
+    """``confs`` set on ``spark`` inside the block; afterwards each key as it was before,
+    except the one-commit keys (userMetadata, txn id), which are always unset."""
+    before: dict[str, str | None] = {
+        key: None if key in _ONE_COMMIT_CONFS else spark.conf.get(key, None) for key in confs
+    }
     try:
+        for key, value in confs.items():
+            spark.conf.set(key, value)
         yield
     finally:
         for key, old in before.items():

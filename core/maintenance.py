@@ -16,7 +16,8 @@
    (``vacuum_horizon_hours``); a shorter one is refused unless ``force`` says which
    versions stop being restorable. A ``DRY RUN`` first finds whether anything is
    deletable, so a vacuum with nothing to do creates no version;
-4. **checkpoint**: a Delta log checkpoint of the newest version (skipped when one exists).
+4. **checkpoint**: a Delta log checkpoint, written by two table-property commits (see
+   ``_checkpoint``; skipped when the last checkpoint is current).
 
 Every input is checked before the first step (unknown dataset, role, zorder columns,
 retention), so a refused run changes nothing and leaves no report. After the steps the
@@ -497,16 +498,46 @@ def _last_checkpoint(main: Path) -> int | None:
         return None
 
 
-def _checkpoint(main: Path) -> None:
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+CHECKPOINT_ACTION = "checkpoint"
+
+
+def _checkpoint_is_current(main: Path) -> bool:
+    """The last checkpoint is of the newest version, or of the one before it when the
+    newest is the interval-restoring commit of an Oreo checkpoint (nothing to add)."""
+    latest, existing = engine.latest_version(main), _last_checkpoint(main)
+    if existing is None:
+        return False
+    if existing == latest:
+        return True
+    return existing == latest - 1 and engine.find_commit(main, existing, action=CHECKPOINT_ACTION) is not None
+
+
+def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
+    """A Delta log checkpoint, written with SQL alone, the same on embedded Spark and Spark Connect.
+
+    Delta has no CHECKPOINT statement, and its ``DeltaLog`` API is a JVM handle that
+    Spark Connect does not expose. A commit writes a checkpoint when its version is a
+    multiple of the table's ``delta.checkpointInterval``, so the interval is set to 1
+    (that property commit writes the checkpoint, synchronously), then put back: unset,
+    or set to the value it had. Both commits change no row and carry ``commit``'s
+    userMetadata (action ``checkpoint``); History lists them as maintenance. The
+    checkpoint is therefore of the newest version but one.
+    """
     spark = engine.get_spark()
-    if engine.is_connect(spark):
-        # No JVM handle over Spark Connect; delta-rs writes a protocol-conformant checkpoint.
-        _delta_table(main).create_checkpoint()
-        return
-    # Loading the table brings this JVM's cached DeltaLog up to the newest version first.
-    spark.read.format("delta").load(str(main)).schema  # noqa: B018
-    classic: Any = spark  # the py4j handles are not part of pyspark's typed API
-    classic._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(classic._jsparkSession, str(main)).checkpoint()
+    ref = engine.delta_ref(main)
+    before = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}.get(
+        CHECKPOINT_INTERVAL
+    )
+    key = engine.spark_string(CHECKPOINT_INTERVAL)
+    restore = (
+        f"ALTER TABLE {ref} UNSET TBLPROPERTIES ({key})"
+        if before is None
+        else f"ALTER TABLE {ref} SET TBLPROPERTIES ({key} = {engine.spark_string(before)})"
+    )
+    with engine.commit_metadata(commit):
+        spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ({key} = '1')").collect()
+        spark.sql(restore).collect()
 
 
 # ---------------------------------------------------------------- maintain
@@ -654,17 +685,24 @@ def maintain(
 
         if checkpoint:
             report_progress("writing a checkpoint", planned.index("checkpoint") / (len(planned) + 1))
-            latest = engine.latest_version(main)
-            existing = _last_checkpoint(main)
-            if existing == latest:
-                steps["checkpoint"] = {"version": latest, "written": False}
+            start = engine.latest_version(main)
+            if _checkpoint_is_current(main):
+                steps["checkpoint"] = {"version": _last_checkpoint(main), "written": False, "versions": []}
             else:
+                commit = engine.new_commit(actor.username, CHECKPOINT_ACTION, run_id=run_id)
                 with _spark_step("checkpoint", target):
-                    _checkpoint(main)
+                    _checkpoint(main, commit)
+                end = engine.latest_version(main)
+                if end > start:
+                    last_commit = commit
                 written = _last_checkpoint(main)
-                if written is None or not any((main / "_delta_log").glob(f"{written:020d}.checkpoint*.parquet")):
+                if (
+                    written is None
+                    or written <= start
+                    or not any((main / "_delta_log").glob(f"{written:020d}.checkpoint*.parquet"))
+                ):
                     raise EngineError(f"checkpoint of {target} wrote no checkpoint file")
-                steps["checkpoint"] = {"version": written, "written": True}
+                steps["checkpoint"] = {"version": written, "written": True, "versions": list(range(start + 1, end + 1))}
             step_done("checkpoint", planned.index("checkpoint"))
     except OreoError as exc:
         error = str(exc)
@@ -893,14 +931,18 @@ def cleanup(
 
     if not dry_run:
         report_progress(f"removing {len(removals)} folder(s)", len(scope) / (len(scope) + 1))
+        kept: list[Any] = []
         for item in removals:
             if item.kind == "session" and (item.path / "metadata.json").is_file():
                 try:
                     sessions.discard_session(catalog, item.ident, actor=actor, reason=item.reason)
                 except NotFound:  # discarded meanwhile
                     pass
+                except ConflictError:  # submitted or reopened meanwhile: it is a request's now
+                    kept.append(item)
             else:
                 shutil.rmtree(item.path, ignore_errors=True)
+        removals = [item for item in removals if item not in kept]
 
     def labels(kind: str) -> list[str]:
         return [r.label for r in removals if r.kind == kind]

@@ -589,7 +589,7 @@ def _mark_merged(
         row.closed_by = actor.username
         row.close_reason = comment.strip() if comment and comment.strip() else None
         if row.close_reason:
-            s.add(CommentRow(cr_id=record.id, author=actor.username, body=row.close_reason))
+            s.add(CommentRow(cr_id=record.id, author=actor.username, body=row.close_reason, revision=row.revision))
         audit.record(
             s,
             ChangeRequestMerged(

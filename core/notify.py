@@ -713,17 +713,23 @@ def _send_email(settings: Settings, to: str, body: dict[str, Any]) -> None:
     port = settings.smtp_port or _SMTP_PORTS[settings.smtp_tls]
     client: smtplib.SMTP
     if settings.smtp_tls == "ssl":
-        client = smtplib.SMTP_SSL(
-            settings.smtp_host, port, timeout=SEND_TIMEOUT_S, context=ssl.create_default_context()
-        )
+        client = smtplib.SMTP_SSL(settings.smtp_host, port, timeout=SEND_TIMEOUT_S, context=_tls_context(settings))
     else:
         client = smtplib.SMTP(settings.smtp_host, port, timeout=SEND_TIMEOUT_S)
     with client:
         if settings.smtp_tls == "starttls":
-            client.starttls(context=ssl.create_default_context())
+            client.starttls(context=_tls_context(settings))
         if settings.smtp_user:
             client.login(settings.smtp_user, settings.smtp_password or "")
         client.send_message(message)
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext:
+    """Verify the SMTP server's certificate and name: against ``OREO_SMTP_CA_FILE`` if set, else the system's CAs."""
+    if settings.smtp_ca_file is not None and not settings.smtp_ca_file.is_file():
+        raise _DeliveryRefused(f"the SMTP CA file {settings.smtp_ca_file} does not exist (OREO_SMTP_CA_FILE)")
+    cafile = str(settings.smtp_ca_file) if settings.smtp_ca_file is not None else None
+    return ssl.create_default_context(cafile=cafile)
 
 
 def _record_outcome(catalog: Catalog, row_id: int, now: datetime, error: str | None) -> Delivery:

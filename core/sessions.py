@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from core import audit, reads
 from core.auth import Role, User, require_role
-from core.catalog import Catalog
+from core.catalog import Catalog, ChangeRequestRow
 from core.config import get_settings
 from core.datasets import DatasetInfo, dataset_settings, get_dataset, layout_for, stable_order, time_ordered_ids
 from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
@@ -233,6 +233,18 @@ class SessionStarted(audit.AuditEvent):
     base_version: int
 
 
+def request_holding(catalog: Catalog, info: SessionInfo) -> tuple[str, str] | None:
+    """The change request (id, state) a session was submitted as, while it is still in review; else None."""
+    if info.cr_id is None or info.state not in ("submitted", REVISING):
+        return None
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, info.cr_id)
+        # The review states of core.change_requests.IN_REVIEW (it builds on this module).
+        if row is None or row.state not in ("open", "changes_requested"):
+            return None
+        return row.id, row.state
+
+
 @dataclass(frozen=True, kw_only=True)
 class SessionDiscarded(audit.AuditEvent):
     name = "session_discarded"
@@ -242,10 +254,22 @@ class SessionDiscarded(audit.AuditEvent):
 
 
 def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: str = "discarded") -> None:
-    """Delete a session's folder (owner, or an admin of the project)."""
+    """Delete a session's folder (owner, or an admin of the project).
+
+    Raises:
+        ConflictError: The session belongs to a change request still in review (open, or
+            awaiting its revision): its edits are that request's; withdraw the request instead.
+    """
     info, layout = find_session(catalog, session_id)
     if info.owner != actor.username:
         require_role(catalog, actor, info.project_id, Role.ADMIN, action="discard another user's session")
+    blocker = request_holding(catalog, info)
+    if blocker is not None:
+        cr_id, state = blocker
+        waiting = "awaiting revision" if state == "changes_requested" else "in review"
+        raise ConflictError(
+            f"session {session_id} belongs to change request {cr_id} {waiting}; withdraw the request first"
+        )
     shutil.rmtree(layout.session_dir(session_id), ignore_errors=True)
     _events_cache.pop(session_id, None)
     with catalog.session() as s:

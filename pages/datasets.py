@@ -8,12 +8,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app.components import DATASET_KEY, catalog, oreo_errors, require_user
-from core import auth, datasets, history, projects
+from app.components import DATASET_KEY, catalog, flash, oreo_errors, require_user, show_flash
+from core import auth, datasets, diff, history, projects
 from core.errors import OreoError
 
 user = require_user()
 st.title("Datasets")
+show_flash()
 
 
 def last_change(info: datasets.DatasetInfo) -> dict[str, object]:
@@ -34,6 +35,38 @@ def last_change(info: datasets.DatasetInfo) -> dict[str, object]:
     else:
         what = f"v{v.version} · {'created' if v.kind == 'create' else v.operation.lower()}"
     return {"last change": what, "by": v.actor or "", "last change at": v.timestamp}
+
+
+def label_settings(project_id: str, items: list[datasets.DatasetInfo]) -> None:
+    """An admin names the columns diffs show beside each changed row's key (``oreo dataset label-columns``)."""
+    chosen_id = st.selectbox(
+        "Dataset", [d.dataset_id for d in items], key=f"labels_dataset_{project_id}", disabled=len(items) < 2
+    )
+    info = next(d for d in items if d.dataset_id == chosen_id)
+    with oreo_errors():
+        names = [c.name for c in datasets.dataset_columns(info) if c.name != "row_id"]
+        current = diff.label_columns(catalog(), project_id, info.dataset_id, actor=user)
+        key = f"labels_columns_{project_id}_{info.dataset_id}"
+        picked = st.multiselect(
+            "Identifying columns",
+            names,
+            default=[c for c in current if c in names],
+            max_selections=diff.MAX_LABEL_COLUMNS,
+            key=key,
+            help=f"Up to {diff.MAX_LABEL_COLUMNS} columns that Review, My requests, History's Compare and the restore "
+            "preview show beside each changed row's key. Default: the key plus the first two text columns.",
+        )
+        buttons = st.container(horizontal=True)
+        if buttons.button("Save", key=f"labels_save_{project_id}", type="primary", disabled=picked == current):
+            saved = diff.set_label_columns(catalog(), project_id, info.dataset_id, picked or None, actor=user)
+            flash(f"{project_id}/{info.dataset_id}: diffs now show {', '.join(saved) or 'the key only'}.")
+            st.session_state.pop(key, None)
+            st.rerun()
+        if buttons.button("Back to the default", key=f"labels_reset_{project_id}"):
+            saved = diff.set_label_columns(catalog(), project_id, info.dataset_id, None, actor=user)
+            flash(f"{project_id}/{info.dataset_id}: back to the default, {', '.join(saved) or 'the key only'}.")
+            st.session_state.pop(key, None)
+            st.rerun()
 
 
 with oreo_errors():
@@ -76,6 +109,9 @@ with oreo_errors():
                     st.session_state[DATASET_KEY] = f"{d.project_id}/{d.dataset_id}"
                     st.switch_page(Path(__file__).parent / "table.py")
 
+        if role == auth.Role.ADMIN and items:
+            with st.expander("Dataset settings", icon=":material/settings:", key=f"settings_{project.id}"):
+                label_settings(project.id, items)
         if role == auth.Role.ADMIN:
             with st.expander("Create a dataset", icon=":material/add:"):
                 with st.form(f"create_{project.id}", clear_on_submit=False):

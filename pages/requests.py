@@ -118,7 +118,7 @@ with oreo_errors():
     for cr in asked:
         thread = change_requests.comments(catalog(), cr.id, actor=user)
         reasons = [c for c in thread if c.row_id is None]
-        cells = [c for c in thread if c.row_id is not None]
+        cells = [c for c in thread if c.row_id is not None and c.revision == cr.revision]
         with st.container(border=True, key=f"request_{cr.id}"):
             text, edit, revise, action = st.columns([3.4, 1.4, 1.6, 1.3], vertical_alignment="center")
             text.markdown(
@@ -129,13 +129,22 @@ with oreo_errors():
                 text.warning(f"**{reasons[-1].author}** asks: {reasons[-1].body}", icon=":material/edit_note:")
             for c in cells:
                 text.caption(f":material/comment: **{c.author}** on row {c.row_id} · {c.column}: {c.body}")
-            text.caption(
-                "Your session is editable again: fix it on the Table page, then submit the revision here "
-                "(or with Submit on the Table page)."
-            )
-            if edit.button("Edit in Table", key=f"edit_{cr.id}", icon=":material/table:"):
+            if cr.kind == "import":
+                # Asked before imports refused it: there is no session to revise (core refuses too).
+                text.caption(
+                    "Import requests are revised by importing again: withdraw this one and import a corrected file "
+                    "on the Import page."
+                )
+            else:
+                text.caption(
+                    "Your session is editable again: fix it on the Table page, then submit the revision here "
+                    "(or with Submit on the Table page)."
+                )
+            if cr.kind != "import" and edit.button("Edit in Table", key=f"edit_{cr.id}", icon=":material/table:"):
                 st.switch_page(TABLE_PAGE, query_params={"dataset": f"{cr.project_id}/{cr.dataset_id}"})
-            if revise.button("Submit revision", key=f"revise_{cr.id}", type="primary", icon=":material/send:"):
+            if cr.kind != "import" and revise.button(
+                "Submit revision", key=f"revise_{cr.id}", type="primary", icon=":material/send:"
+            ):
                 with oreo_errors(), st.spinner("Re-staging and validating your changes..."):
                     revised = revise_change_request(catalog(), cr.id, actor=user)
                     flash(f"Submitted revision {revised.revision} of `{cr.id}`.", kind="info")
@@ -204,7 +213,7 @@ with oreo_errors():
             page = change_request_rows(
                 cr.id, user, catalog(), key="requests_diff", key_column=info.key_column,
                 types={c.name: c.type for c in datasets.dataset_columns(info)},
-                notes=cell_notes(thread), revision=cr.revision,
+                notes=cell_notes(thread, cr.revision), revision=cr.revision,
             )  # fmt: skip
         with st.container(key="requests_discussion"):
             discussion(cr, user, page, thread, key="requests")

@@ -33,6 +33,11 @@ user = require_user()
 st.title("Review")
 show_flash()
 
+IMPORT_CHANGES = (
+    "An import can't be sent back for changes: its rows come from a file, not edits the author can revise. "
+    "Reject it with a reason; the author imports a corrected file."
+)
+
 
 @st.dialog("Approve and merge?", on_dismiss=lambda: close_dialog("approve"))
 def approve_dialog(cr: ChangeRequest) -> None:
@@ -240,7 +245,8 @@ with oreo_errors():
             "Request changes",
             key="review_request_changes",
             icon=":material/edit_note:",
-            disabled=cr.state != CRState.OPEN or cr.id in merging,
+            disabled=cr.state != CRState.OPEN or cr.id in merging or cr.kind == "import",
+            help=IMPORT_CHANGES if cr.kind == "import" else None,
             width="stretch",
         ):
             open_dialog("request_changes", cr.id)
@@ -254,6 +260,9 @@ with oreo_errors():
             note.caption(f"Approval is blocked: {' and '.join(blocked)}. Reject it so the author can re-submit.")
         else:
             note.caption(f"Data checks: {status_badge(run.status if run else None)} · no conflicts")
+        if cr.kind == "import" and cr.state == CRState.OPEN:
+            with st.container(key="review_import_note"):
+                st.caption(f":material/info: {IMPORT_CHANGES}")
 
     if cr.schema_changes:
         with st.container(key="review_schema"):
@@ -265,7 +274,7 @@ with oreo_errors():
         shown = change_request_rows(
             cr.id, user, catalog(), key="review_diff", key_column=info.key_column,
             types={c.name: c.type for c in datasets.dataset_columns(info)},
-            notes=cell_notes(thread), revision=cr.revision,
+            notes=cell_notes(thread, cr.revision), revision=cr.revision,
         )  # fmt: skip
 
     with st.container(key="review_discussion"):
@@ -305,5 +314,10 @@ with oreo_errors():
         approve_dialog(cr)
     if dialog_value("reject") == cr.id and cr.author != user.username:
         reject_dialog(cr)
-    if dialog_value("request_changes") == cr.id and cr.author != user.username and cr.state == CRState.OPEN:
+    if (
+        dialog_value("request_changes") == cr.id
+        and cr.author != user.username
+        and cr.state == CRState.OPEN
+        and cr.kind != "import"
+    ):
         request_changes_dialog(cr)

@@ -345,7 +345,16 @@ with oreo_errors():
             "Submit change request", key="table_submit", type="primary", icon=":material/send:", disabled=not pending
         ):
             open_dialog("submit")
-        if st.button("Discard session", key="table_discard", icon=":material/delete:", disabled=not pending):
+        # The session of a request awaiting its revision holds that request's edits: core refuses to discard it.
+        revising = session is not None and session.state == sessions.REVISING
+        if st.button(
+            "Discard session",
+            key="table_discard",
+            icon=":material/delete:",
+            disabled=not pending or revising,
+            help=f"These edits are change request {session.cr_id}'s revision; withdraw the request on My requests "
+            "to drop them." if revising and session is not None else None,
+        ):
             open_dialog("discard")
         st.caption(
             (f"Editing session `{session.session_id}` (from version {session.base_version})" if session else
@@ -355,6 +364,13 @@ with oreo_errors():
             help="Double-click a cell to edit it; select a cell and press Delete to empty it; tick **delete** to "
             "remove a row. **Sort by** sorts the whole table; the grid's header shows that sort.",
         )  # fmt: skip
+    if revising and session is not None:
+        with st.container(key="table_revising"):
+            st.caption(
+                f":material/edit_note: You are revising change request `{session.cr_id}`: changes were requested. "
+                "Submit sends these edits as its next revision. They cannot be discarded while the request waits; "
+                "withdraw it on My requests to drop them."
+            )
 
     # ---------------------------------------------------------------- cells emptied in the grid, to confirm
     clears: list[dict[str, Any]] = st.session_state.get(CLEARS_KEY, [])

@@ -75,6 +75,25 @@ def test_dml_sessions_are_kept_and_carry_nothing_into_the_next_write(spark, tmp_
     assert [(r.version, r.user_metadata.get("actor")) for r in records[:2]] == [(2, "bob"), (1, "alice")]
     assert sorted(r.id for r in spark.read.format("delta").load(str(path)).collect()) == [2, 10, 11]
 
+def test_a_stale_txn_id_on_a_session_is_unset_not_restored(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Over Spark Connect confs stay on the server-side session; a txn id left there (a write
+    that failed before its unset) must not be put back after the next commit's block."""
+    path = tmp_path / "t"
+    spark.range(3).write.format("delta").save(str(path))
+    session = spark.newSession()
+    session.conf.set(engine.TXN_APP_ID_CONF, "stale")
+    session.conf.set(engine.TXN_VERSION_CONF, "7")
+    session.conf.set("spark.sql.shuffle.partitions", "3")
+    confs = {engine.TXN_APP_ID_CONF: "oreo-test", engine.TXN_VERSION_CONF: "1", "spark.sql.shuffle.partitions": "1"}
+    with engine._confs_set(session, confs):
+        session.sql(f"UPDATE {engine.delta_ref(path)} SET id = id + 10 WHERE id = 0").collect()
+    assert session.conf.get(engine.TXN_APP_ID_CONF, None) is None
+    assert session.conf.get(engine.TXN_VERSION_CONF, None) is None
+    assert session.conf.get("spark.sql.shuffle.partitions") == "3"  # an ordinary conf is put back
+    session.sql(f"UPDATE {engine.delta_ref(path)} SET id = id + 10 WHERE id = 1").collect()  # not skipped
+    assert sorted(r.id for r in spark.read.format("delta").load(str(path)).collect()) == [2, 10, 11]
+
+
 def test_delta_ref_escapes_backticks() -> None:
     assert engine.delta_ref("/a/b`c") == "delta.`/a/b``c`"
 

@@ -267,18 +267,44 @@ def test_vacuum_keeps_the_restore_window_in_the_table_properties(catalog: Catalo
 
 
 def test_checkpoint_writes_a_checkpoint_file_once(catalog: Catalog) -> None:
-    log = _layout().main / "_delta_log"
+    from core import history
+
+    main = _layout().main
+    log = main / "_delta_log"
     assert not (log / "_last_checkpoint").exists()
 
     report = maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, checkpoint=True)
 
-    version = engine.latest_version(_layout().main)
-    assert report["steps"]["checkpoint"] == {"version": version, "written": True}
+    # SQL alone (no JVM handle): the interval-1 property commit writes the checkpoint, the next puts it back.
+    start = engine.latest_version(main) - 2  # after the retention step's commit
+    version = start + 1
+    assert report["steps"]["checkpoint"] == {"version": version, "written": True, "versions": [start + 1, start + 2]}
     assert (log / f"{version:020d}.checkpoint.parquet").is_file()
     assert json.loads((log / "_last_checkpoint").read_text())["version"] == version
+    props = {r[0]: r[1] for r in engine.get_spark().sql(f"SHOW TBLPROPERTIES {engine.delta_ref(main)}").collect()}
+    assert maintenance.CHECKPOINT_INTERVAL not in props  # the default again
+    # History stays honest: two maintenance versions, tagged with the run and hidden with maintenance.
+    page = history.table_history(catalog, "demo", "people", actor=SYSTEM, limit=2)
+    assert [(v.version, v.kind, v.actor) for v in page.versions] == [
+        (start + 2, "maintenance", "system"),
+        (start + 1, "maintenance", "system"),
+    ]
+    assert get_dataset(catalog, "demo", "people", actor=SYSTEM).version == start + 2  # the catalog follows
     again = maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, checkpoint=True)
-    assert again["steps"]["checkpoint"] == {"version": version, "written": False}
+    assert again["steps"]["checkpoint"] == {"version": version, "written": False, "versions": []}
     assert again["nothing_to_do"] is True and again["versions_created"] == []
+
+
+def test_checkpoint_puts_back_an_interval_the_table_had(catalog: Catalog) -> None:
+    main = _layout().main
+    ref = engine.delta_ref(main)
+    engine.get_spark().sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ('delta.checkpointInterval' = '25')").collect()
+
+    report = maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, checkpoint=True)
+
+    assert report["steps"]["checkpoint"]["written"] is True
+    props = {r[0]: r[1] for r in engine.get_spark().sql(f"SHOW TBLPROPERTIES {ref}").collect()}
+    assert props[maintenance.CHECKPOINT_INTERVAL] == "25"
 
 
 # ---------------------------------------------------------------- refusals

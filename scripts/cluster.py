@@ -244,11 +244,15 @@ def _delta_jars() -> list[Path]:
     return jars
 
 
-def connect_command(master: str, port: int) -> list[str]:
-    """The ``spark-submit`` command of the Spark Connect server on ``master``."""
+def connect_confs(port: int) -> dict[str, str]:
+    """The confs of the Spark Connect server: the embedded engine's, its address and executor sizes.
+
+    ``deploy/spark-connect`` starts its server with the same list (``tests/test_deploy.py``
+    compares them); only the addresses differ there.
+    """
     from core.engine import session_confs
 
-    confs = {
+    return {
         **session_confs(SHUFFLE_PARTITIONS),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
@@ -258,6 +262,11 @@ def connect_command(master: str, port: int) -> list[str]:
         "spark.executor.cores": str(WORKER_CORES),
         "spark.cores.max": str(WORKERS * WORKER_CORES),
     }
+
+
+def connect_command(master: str, port: int) -> list[str]:
+    """The ``spark-submit`` command of the Spark Connect server on ``master``."""
+    confs = connect_confs(port)
     return [
         str(_spark_home() / "bin" / "spark-submit"),
         "--master",

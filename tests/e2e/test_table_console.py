@@ -173,9 +173,16 @@ def select_cell(page: Page, row: int, name: str) -> None:
     target = column_index(grid, name)
     box = grid.locator("canvas").first.bounding_box()
     assert box is not None
-    page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
     selected = grid.locator("td[aria-selected='true']")
-    expect(selected).to_have_attribute("aria-colindex", "1")
+    for attempt in range(3):  # a click the grid missed while it redrew: a person clicks again
+        page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
+        try:
+            expect(selected).to_have_attribute("aria-colindex", "1", timeout=10_000)
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+            wait_quiet(page)
     for _ in range(target - 1):
         page.keyboard.press("ArrowRight")
     expect(selected).to_have_attribute("aria-colindex", str(target))
@@ -285,11 +292,11 @@ def test_letters_in_a_number_cell_are_not_saved_and_emptying_is_deliberate(
     wait_idle(page)
     field = open_cell_editor(page, ROW, "monthly_spend")
     page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type("abc", delay=30)
+    page.keyboard.type("abc")
     page.keyboard.press("Enter")
     page.keyboard.press("Escape")  # closes the editor if Enter left it open on text it cannot take
     expect(field).to_have_count(0)
-    wait_idle(page)
+    wait_quiet(page)
     expect(cell(editor(page), ROW, "monthly_spend")).to_have_text(spend)
     expect(pending_caption(page)).to_contain_text("0 pending change(s)")
 

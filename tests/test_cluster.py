@@ -49,9 +49,9 @@ def _exports(text: str) -> dict[str, str]:
     return values
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """``scripts/cluster.sh up`` once per session; ``down`` afterwards, which must leave nothing running."""
+    """``scripts/cluster.sh up`` for this module, ``down`` right after it; nothing may be left running."""
     state = tmp_path_factory.mktemp("cluster")
     env = {**os.environ, "OREO_CLUSTER_DIR": str(state)}
     started = time.monotonic()

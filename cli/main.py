@@ -1389,4 +1389,7 @@ def run() -> None:
 
 
 if __name__ == "__main__":
+    # ``python -m cli.main``: sub-apps import ``cli.main`` for its helpers and state; make
+    # that this module, not a second copy whose ``--json`` flag was never set.
+    sys.modules.setdefault("cli.main", sys.modules[__name__])
     run()

@@ -667,3 +667,20 @@ def test_the_default_order_survives_a_merge(capsys, data_root: Path, tmp_path: P
     assert hit["total"] == 1
     assert overlaid("--where", "name = edited 3")["total"] == 0
     assert [r["row_id"] for r in overlaid("--order-by", "name", "--desc", "--limit", "1")["rows"]] == ["3"]
+
+
+def test_python_m_cli_main_keeps_json_for_sub_apps(tmp_path: Path) -> None:
+    """``python -m cli.main --json`` reaches sub-apps (they import ``cli.main``) as JSON, not text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OREO_")}
+    env.pop("SPARK_REMOTE", None)
+    env.update(DELTA_DATA_ROOT=str(tmp_path / "delta"), OREO_DATABASE_URL=f"sqlite:///{tmp_path / 'catalog.db'}")
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "--json", "notify", "drain"],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"sent": [], "failed": [], "dead": []}

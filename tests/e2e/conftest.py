@@ -225,6 +225,15 @@ def new_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
         context.close()
 
 
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a module's screenshots go: ``$OREO_SCREENSHOTS``, or a tmp folder of its own."""
+    folder = os.environ.get("OREO_SCREENSHOTS")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def settle() -> Callable[..., None]:
     """The ``settle(page, expected, text=None)`` helper (test modules do not import conftest)."""

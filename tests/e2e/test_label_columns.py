@@ -9,7 +9,6 @@ its key, and no longer the first and last names. Screenshots (1400x1000) go to
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,14 +40,6 @@ pytestmark = pytest.mark.e2e
 def labels_server(start_oreo: Callable[..., OreoServer]) -> OreoServer:
     """A server of its own: the setting and the request must not leak into other tests."""
     return start_oreo("label-columns")
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("OREO_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def tags(chooser: Locator) -> Locator:

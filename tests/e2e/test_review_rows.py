@@ -8,7 +8,6 @@ rows. Screenshots (1400x1000) go to ``$OREO_SCREENSHOTS`` (else a temporary fold
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +37,6 @@ RED = "rgb(255, 235, 233)"  # #ffebe9
 def rows_server(start_oreo: Callable[..., OreoServer]) -> OreoServer:
     """A server of its own: this test's merge must not leak into other tests."""
     return start_oreo("review-rows")
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("OREO_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 # ---------------------------------------------------------------- helpers

@@ -86,14 +86,6 @@ def console_server(start_oreo: Callable[..., OreoServer], tmp_path_factory: pyte
     return server
 
 
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = os.environ.get("OREO_SCREENSHOTS")
-    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 WIDE = {"width": 1920, "height": 1200}  # every column of the demo table in view
 SHOT = {"width": 1400, "height": 1000}
 

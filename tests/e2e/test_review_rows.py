@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Locator, Page, expect
 from test_edit_review import type_into_cell  # the Table page's double-click edit, shared
+from test_table_console import select_cell  # click the key cell, arrow right; retried like a person
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -24,7 +25,6 @@ Settle = Callable[..., None]
 
 pytestmark = pytest.mark.e2e
 
-ROW_PX = 35
 SLOW_MS = 600_000
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 SHOT = {"width": 1400, "height": 1000}
@@ -64,21 +64,6 @@ def column_index(grid: Locator, name: str) -> int:
 
 def cell(grid: Locator, row: int, name: str) -> Locator:
     return grid.locator(f"tr[aria-rowindex='{row + 2}'] td[aria-colindex='{column_index(grid, name)}']")
-
-
-def select_cell(page: Page, row: int, name: str) -> None:
-    """Select a cell of the editor: click the row's pinned key cell, then arrow right to the column."""
-    grid = editor(page)
-    target = column_index(grid, name)
-    box = grid.locator("canvas").first.bounding_box()
-    assert box is not None
-    page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
-    selected = grid.locator("td[aria-selected='true']")
-    expect(selected).to_have_attribute("aria-colindex", "1")
-    for _ in range(target - 1):
-        page.keyboard.press("ArrowRight")
-    expect(selected).to_have_attribute("aria-colindex", str(target))
-    expect(selected).to_have_attribute("id", re.compile(rf"-{row}$"))
 
 
 def tick_delete(page: Page, row: int) -> None:

@@ -170,13 +170,16 @@ def table_schema(path: Path, version: int | None = None) -> list[Column]:
     """Column names and DuckDB types of a Delta table (optionally at ``version``)."""
     _require_table(path)
     if version is not None:
-        # A committed version never changes, so its schema can be remembered.
-        return list(_schema_at(str(path), int(version)))
-    return list(_describe(Path(path), None))
+        # A committed version never changes, so its schema is remembered by the version's
+        # commit file identity: a table replaced at the same path (by any process) is read anew.
+        key = _version_key(Path(path), int(version))
+        if key is not None:
+            return list(_schema_at(*key))
+    return list(_describe(Path(path), version))
 
 
 @lru_cache(maxsize=512)
-def _schema_at(path: str, version: int) -> tuple[Column, ...]:
+def _schema_at(path: str, version: int, _mtime_ns: int, _size: int) -> tuple[Column, ...]:
     return _describe(Path(path), version)
 
 
@@ -784,8 +787,9 @@ class _RowLocator:
 
 
 _locator_lock = threading.Lock()
-_locators: dict[tuple[str, int], _RowLocator | None] = {}  # insertion order = age
-_looked_up: set[tuple[str, int]] = set()
+# Keyed by ``_version_key``: a table replaced at the same path gets new commit files.
+_locators: dict[tuple[Any, ...], _RowLocator | None] = {}  # insertion order = age
+_looked_up: set[tuple[Any, ...]] = set()
 
 
 def read_rows_as_text(
@@ -851,13 +855,12 @@ def _locator(path: Path, version: int) -> _RowLocator | None:
     """The locator of a table version; None on its first lookup or when its layout rules one out."""
     from deltalake.exceptions import DeltaError
 
-    key = (str(path), version)
+    key = _version_key(Path(path), version)
+    if key is None:
+        return None  # a version only in a checkpoint: scanned, not remembered
     with _locator_lock:
         if key in _locators:
-            locator = _locators[key]
-            # Data files are never rewritten in place: one gone means the table was replaced.
-            if locator is None or Path(locator.files[0]).is_file():
-                return locator
+            return _locators[key]
         elif key not in _looked_up:
             # The first lookup scans, so a one-off reader (the CLI) never pays for a locator.
             if len(_looked_up) > 256:

@@ -207,3 +207,33 @@ def test_new_row_ids_are_uuid7_in_the_order_they_were_made() -> None:
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     assert {uuid.UUID(i).version for i in ids} == {7}
     assert all(str(uuid.UUID(i)) == i for i in ids)
+
+
+# A table replaced at the same path by another process (another app replica) at the same version.
+_REPLACE = """
+import shutil, sys
+import pyarrow as pa
+from deltalake import write_deltalake
+shutil.rmtree(sys.argv[1])
+write_deltalake(sys.argv[1], pa.table({"row_id": ["a", "b"], "city": ["Oslo", "Lyon"], "n": [7, 8]}))
+"""
+
+
+def test_a_table_replaced_by_another_process_is_never_served_from_this_ones_caches(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = tmp_path / "t"
+    write_deltalake(str(path), pa.table({"row_id": ["a", "b"], "name": ["Ada", "Bo"]}))
+    for _ in range(3):  # the schema is remembered, and from the second lookup a row locator is kept
+        assert [c.name for c in reads.table_schema(path, 0)] == ["row_id", "name"]
+        assert reads.read_rows_as_text(path, 0, ["a"]) == {"a": {"row_id": "a", "name": "Ada"}}
+        assert list(reads.read_page(path, version=0, order_by="row_id").rows["name"]) == ["Ada", "Bo"]
+    subprocess.run([sys.executable, "-c", _REPLACE, str(path)], check=True)
+    assert [c.name for c in reads.table_schema(path, 0)] == ["row_id", "city", "n"]
+    for _ in range(2):
+        assert reads.read_rows_as_text(path, 0, ["a"]) == {"a": {"row_id": "a", "city": "Oslo", "n": "7"}}
+        assert list(reads.read_page(path, version=0, order_by="row_id").rows["city"]) == ["Oslo", "Lyon"]

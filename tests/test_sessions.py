@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -123,6 +126,28 @@ def test_only_changed_cells_are_stored_with_the_spec_schema(ctx: Ctx) -> None:
         "ed",
     )
     assert ctx.edits() == [sessions.CellEdit("3", "name", "name 3", "Ada", "update")]
+
+
+# Another app replica (another process on the same catalog and storage) saving to a session.
+_SAVE_ELSEWHERE = """
+import sys
+from core import sessions
+from core.auth import get_user
+from core.catalog import open_catalog
+catalog = open_catalog()
+sessions.apply_edits(catalog, sys.argv[1], [sessions.SetCell("6", "name", "there")], actor=get_user(catalog, "ed"))
+"""
+
+
+def test_edits_saved_by_another_replica_are_never_hidden_by_this_ones_cache(ctx: Ctx, world: World) -> None:
+    sid = ctx.session.session_id
+    sessions.apply_edits(ctx.catalog, sid, [SetCell("5", "name", "here")], actor=ctx.ed)
+    mine = sessions.CellEdit("5", "name", "name 5", "here", "update")
+    assert ctx.edits() == [mine]
+    assert ctx.edits() == [mine]  # from this process's cache now
+    env = {**os.environ, **world.env}
+    subprocess.run([sys.executable, "-c", _SAVE_ELSEWHERE, sid], env=env, check=True, timeout=300)
+    assert ctx.edits() == [mine, sessions.CellEdit("6", "name", "name 6", "there", "update")]
 
 
 def test_later_edit_supersedes_and_reverting_removes_it(ctx: Ctx) -> None:
@@ -360,7 +385,7 @@ def test_row_locator_reads_what_delta_scan_reads(world: World, monkeypatch: pyte
     # The first point lookup of a version scans, the second builds its locator.
     for _ in range(2):
         assert reads.read_rows_as_text(path, 0, ["7", "nope"], ["age"]) == {"7": {"row_id": "7", "age": "27"}}
-    assert reads._locators[(str(path), 0)] is not None
+    assert reads._locators[reads._version_key(path, 0)] is not None
     for row_id in ids:
         assert reads.read_rows_as_text(path, 0, [row_id]) == {row_id: scanned[row_id]}
     assert reads.read_rows_as_text(path, 0, ["3", "nope"], []) == {"3": {"row_id": "3"}}
@@ -384,7 +409,7 @@ def test_row_locator_honours_deletion_vectors_and_versions(spark, tmp_path: Path
         scanned = _text_rows(path, version, ids)
         reads.read_rows_as_text(path, version, ["1"])  # first lookup of the version: a scan
         located = {r: row for r in ids for r, row in reads.read_rows_as_text(path, version, [r]).items()}
-        assert reads._locators[(str(path), version)] is not None
+        assert reads._locators[reads._version_key(path, version)] is not None
         assert located == scanned
     assert "10" not in located and located["15"]["id"] == "-15"
     assert located["15"]["at"] == scanned["15"]["at"] == "2024-05-06 07:08:09+00"

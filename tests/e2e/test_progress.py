@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+from test_edit_review import select_cell  # click the key cell, arrow right; retried like a person
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -84,17 +85,7 @@ def type_into_cell(page: Page, row: int, name: str, text: str) -> None:
 def _type_once(page: Page, row: int, name: str, text: str) -> None:
     wait_idle(page)
     page.evaluate("document.fonts.ready.then(() => true)")
-    grid = editor(page)
-    header = grid.locator("th[role='columnheader']", has_text=re.compile(f"^{re.escape(name)}( [▲▼])?$"))
-    target = int(header.get_attribute("aria-colindex") or 0)
-    box = grid.locator("canvas").first.bounding_box()
-    assert box is not None
-    page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
-    selected = grid.locator("td[aria-selected='true']")
-    expect(selected).to_have_attribute("aria-colindex", "1")
-    for _ in range(target - 1):
-        page.keyboard.press("ArrowRight")
-    expect(selected).to_have_attribute("aria-colindex", str(target))
+    select_cell(page, row, name)
     page.keyboard.press("Enter")
     overlay = page.locator("[id^='gdg-overlay-']")
     expect(overlay).to_be_visible()

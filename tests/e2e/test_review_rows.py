@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_edit_review import type_into_cell  # the Table page's double-click edit, shared
-from test_table_console import select_cell  # click the key cell, arrow right; retried like a person
+from test_edit_review import select_cell, type_into_cell  # the grid's selection and double-click edit, shared
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer

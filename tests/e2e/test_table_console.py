@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
-from test_edit_review import wait_quiet  # waits out the editor's own rerun
+from test_edit_review import select_cell, wait_quiet  # the grid's selection, the editor's own rerun
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -157,31 +157,6 @@ def cell(grid: Locator, row: int, name: str) -> Locator:
 
 def column_texts(grid: Locator, name: str) -> list[str]:
     return grid.locator(f"td[role='gridcell'][aria-colindex='{column_index(grid, name)}']").all_inner_texts()
-
-
-def select_cell(page: Page, row: int, name: str) -> None:
-    """Select a cell of the editor with the mouse on its first column, then the arrow keys.
-
-    A click or a key the grid missed while a rerun redrew it is tried again, as a person would.
-    """
-    grid = editor(page)
-    target = column_index(grid, name)
-    box = grid.locator("canvas").first.bounding_box()
-    assert box is not None
-    selected = grid.locator("td[aria-selected='true']")
-    for attempt in range(3):
-        try:
-            page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
-            expect(selected).to_have_attribute("aria-colindex", "1", timeout=10_000)
-            for _ in range(target - 1):
-                page.keyboard.press("ArrowRight")
-            expect(selected).to_have_attribute("aria-colindex", str(target), timeout=10_000)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
-            wait_quiet(page)
-    expect(selected).to_have_attribute("id", re.compile(rf"-{row}$"))
 
 
 def open_cell_editor(page: Page, row: int, name: str) -> Locator:

@@ -126,14 +126,15 @@ def approval_status(job: Approval, where: DeltaGenerator | None = None) -> None:
     if job.running:
         box = target.status(running_label(job, now), state="running", expanded=True)
         box.progress(job.fraction, text=job.message)
-    elif job.outcome == "merged" and job.merged is not None:
-        box = target.status(
-            f"Merged as version {job.merged.merged_version} in {seconds(job.elapsed())}",
-            state="complete",
-            expanded=True,
-        )
     else:
-        box = target.status(f"Not merged after {seconds(job.elapsed())}", state="error", expanded=True)
+        if job.outcome == "merged" and job.merged is not None:
+            label = f"Merged as version {job.merged.merged_version} in {seconds(job.elapsed())}"
+            box = target.status(label, state="complete", expanded=True)
+        else:
+            box = target.status(f"Not merged after {seconds(job.elapsed())}", state="error", expanded=True)
+        # Where the progress bar was: redrawn in place (follow_approval), the box would
+        # otherwise keep the running stage list below the final one until the run ends.
+        box.empty()
     box.markdown(_approval_lines(job, now))
 
 

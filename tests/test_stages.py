@@ -149,3 +149,44 @@ def test_staged_rows_carry_every_base_value_exactly(catalog: Catalog) -> None:
     assert staged[1][: len(main[1])] == main[1] and staged[1][-2:] == ("delete", [])
     page = crs.diff_change_request(catalog, cr.id, actor=ed)
     assert [(c.row_id, c.change, c.column) for c in page.changes] == [("1", "update", "txt"), ("2", "delete", None)]
+
+
+def _status_script() -> None:
+    """An approval's status redrawn in one slot, running then failed, as ``follow_approval`` does."""
+    import dataclasses
+    import time
+
+    import streamlit as st
+
+    from app.approval_views import approval_status
+    from app.background import Approval, StageRun
+
+    now = time.monotonic()
+    running = Approval(
+        cr_id="cr_1", project_id="p", dataset_id="d", title="t", approver="al", started=now - 4,
+        stages=(StageRun("conflicts", now - 4, 0.1), StageRun("merge", now - 3)), fraction=0.5, message="merge",
+    )  # fmt: skip
+    failed = dataclasses.replace(
+        running,
+        stages=(StageRun("conflicts", now - 4, 0.1), StageRun("merge", now - 3, 3.0)),
+        outcome="failed",
+        error="busy",
+        finished=now,
+    )
+    slot = st.empty()
+    with slot.container():
+        approval_status(running)
+    with slot.container():
+        approval_status(failed)
+
+
+def test_an_approval_status_redrawn_in_place_shows_only_its_final_stages() -> None:
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_status_script).run(timeout=60)
+    assert not at.exception
+    [box] = at.status
+    assert box.label.startswith("Not merged after")
+    lines = [m.value for m in box.markdown]
+    assert len(lines) == 1, lines  # the running stage list is gone, not left below the final one
+    assert "merge" in lines[0] and "sync" not in lines[0]

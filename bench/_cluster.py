@@ -254,7 +254,7 @@ def loopback_cluster() -> Iterator[Cluster]:
     finally:
         if not running:
             _log("stopping the cluster this run started (scripts/cluster.sh down)")
-            _script("down", stdout=sys.stderr)
+            _script("down")  # it reports on stderr
 
 
 def run_child(cluster: Cluster, data_dir: Path, args: list[str]) -> dict[str, Any]:

@@ -227,9 +227,15 @@ def _log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
+def _state_dir() -> str:
+    """``$OREO_CLUSTER_DIR`` from where the bench was started (the script runs from the repo)."""
+    return str(Path(os.environ.get("OREO_CLUSTER_DIR") or REPO / "data" / "cluster").absolute())
+
+
 def _script(command: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     # The cluster runs with this interpreter (a worktree has no .venv of its own).
-    env = {**os.environ, "OREO_PYTHON": os.environ.get("OREO_PYTHON") or sys.executable}
+    python = os.environ.get("OREO_PYTHON") or sys.executable
+    env = {**os.environ, "OREO_PYTHON": python, "OREO_CLUSTER_DIR": _state_dir()}
     return subprocess.run([str(CLUSTER_SH), command], env=env, cwd=REPO, text=True, check=False, **kwargs)
 
 
@@ -237,7 +243,7 @@ def _script(command: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 def loopback_cluster() -> Iterator[Cluster]:
     """The cluster of ``$OREO_CLUSTER_DIR``: reused and left running when it runs, else started
     here and stopped (``scripts/cluster.sh down``) on the way out, failures and Ctrl-C included."""
-    state_dir = os.environ.get("OREO_CLUSTER_DIR") or str(REPO / "data" / "cluster")
+    state_dir = _state_dir()
     running = _script("status", capture_output=True).returncode == 0
     try:
         if running:

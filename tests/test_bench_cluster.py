@@ -174,6 +174,7 @@ def test_export_lines_are_read_with_their_shell_quoting() -> None:
 
 FAKE_CLUSTER_SH = """#!/bin/sh
 echo "$1" >> "$CALLS"
+echo "$OREO_CLUSTER_DIR" > "$CALLS.dir"
 case "$1" in
   status) exit "$STATUS" ;;
   up) echo "export SPARK_REMOTE=sc://127.0.0.1:15002"
@@ -202,12 +203,18 @@ def _calls(path: Path) -> list[str]:
     return path.read_text().split()
 
 
-def test_a_running_cluster_is_reused_and_left_up(fake_cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_running_cluster_is_reused_and_left_up(
+    fake_cluster: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("STATUS", "0")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OREO_CLUSTER_DIR", "state")  # relative to where the bench starts, not to the repo
     with _cluster.loopback_cluster() as running:
         assert running.started is False
         assert running.exports["SPARK_REMOTE"] == "sc://127.0.0.1:15002"
+        assert running.state_dir == str(tmp_path / "state")
     assert _calls(fake_cluster) == ["status", "up"]
+    assert Path(f"{fake_cluster}.dir").read_text().strip() == str(tmp_path / "state")
 
 
 def test_a_cluster_the_bench_started_is_stopped_also_when_the_run_fails(

@@ -77,11 +77,17 @@ def main(argv: list[str] | None = None) -> int:
         spark_repeats=args.spark_repeats,
         spark=not args.no_spark,
     )
+    if args.cluster:
+        try:
+            return _with_cluster(names, config, args.results, strict=args.strict)
+        except _cluster.ClusterRunError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     results: list[WorkloadResult] = []
-    where = "on the cluster" if args.cluster_worker else "embedded" if args.cluster else ""
+    where = " on the cluster" if args.cluster_worker else ""
     try:
         for name in names:
-            print(f"[bench] running {name} {where}".rstrip(), file=sys.stderr, flush=True)
+            print(f"[bench] running {name}{where}", file=sys.stderr, flush=True)
             results.append(WORKLOADS[name](config))
     finally:
         from core.engine import stop_spark
@@ -91,28 +97,46 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster_worker:
         write_json(results, config, path=args.cluster_worker)
         return 0
-    extra: dict[str, Any] = {}
-    if args.cluster:
-        try:
-            extra["cluster"] = _on_cluster(results, names, config)
-        except _cluster.ClusterRunError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-    path = write_json(results, config, path=args.results, extra=extra)
+    path = write_json(results, config, path=args.results)
     print(f"results written to {path}")
     return 1 if args.strict and not all(r.passed for r in results) else 0
 
 
-def _on_cluster(embedded: list[WorkloadResult], names: list[str], config: BenchConfig) -> dict[str, Any]:
-    """The same workloads in a child process on the loopback cluster; prints the comparison, returns its JSON."""
-    passed = _child_args(config)
+def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: bool) -> int:
+    """Each workload embedded in this process, then at once on the cluster in a child process.
+
+    Workload by workload, so load drift on the shared machine hits both sides of a ratio
+    alike. Prints both reports and the comparison; the JSON gets a ``cluster`` section.
+    """
+    from bench.workloads import WORKLOADS
+    from core.engine import stop_spark
+
+    results: list[WorkloadResult] = []
+    runs: list[dict[str, Any]] = []
+    reports: list[str] = []
     with _cluster.loopback_cluster() as cluster:
-        child = _cluster.run_child(cluster, DATA_DIR / "cluster", [*passed, *(f"--only={n}" for n in names)])
-    comparison = _cluster.compare([r.to_json() for r in embedded], child["workloads"])
-    note = " (already running: reused, left up)" if not cluster.started else " (started by this run, stopped after)"
+        try:
+            for name in names:
+                print(f"[bench] running {name} embedded", file=sys.stderr, flush=True)
+                results.append(WORKLOADS[name](config))
+                doc, text = _cluster.run_child(cluster, DATA_DIR / "cluster", [*_child_args(config), f"--only={name}"])
+                runs.append(doc)
+                reports.append(text)
+        finally:
+            stop_spark()
+    on_cluster = [w for run in runs for w in run["workloads"]]
+    print(report(results))
+    print()
+    print("== the same workloads on the cluster (each report from its child process)")
+    print("\n".join(reports))
+    comparison = _cluster.compare([r.to_json() for r in results], on_cluster)
+    note = " (started by this run, stopped after)" if cluster.started else " (already running: reused, left up)"
     print()
     print(_cluster.render(comparison, cluster_note=note))
-    return _cluster.section(comparison, cluster, child)
+    child = {**runs[-1], "workloads": on_cluster}  # one document, as if one child had run them all
+    path = write_json(results, config, path=out, extra={"cluster": _cluster.section(comparison, cluster, child)})
+    print(f"results written to {path}")
+    return 1 if strict and not all(r.passed for r in results) else 0
 
 
 def _child_args(config: BenchConfig) -> list[str]:

@@ -1,13 +1,14 @@
 """``python -m bench --cluster``: the workloads on the loopback cluster, beside the embedded run.
 
-The embedded run happens in the ``python -m bench`` process as usual. Then the loopback
-cluster of ``scripts/cluster.sh`` (the one already running for ``$OREO_CLUSTER_DIR``, or
-one this run starts and stops) and one child ``python -m bench`` process whose environment
-points at it: ``SPARK_REMOTE``, ``OREO_DATABASE_URL`` and a data root of its own
-(``bench/.data/cluster``). Oreo never branches on the topology, so that is the only
-difference between the two runs. The child writes its results as JSON; ``compare`` puts
-each workload's and each step's medians side by side and names what grows with the
-topology (``RULE``).
+The loopback cluster of ``scripts/cluster.sh`` comes first (the one already running for
+``$OREO_CLUSTER_DIR``, or one this run starts and stops). Then workload by workload (so
+load drift on a shared machine hits both sides of a ratio alike): the embedded run in the
+``python -m bench`` process as usual, then the same workload in a child ``python -m bench``
+whose environment points at the cluster: ``SPARK_REMOTE``, ``OREO_DATABASE_URL`` and a data
+root of its own (``bench/.data/cluster``). Oreo never branches on the topology, so that is
+the only difference between the two runs. The child writes its results as JSON;
+``compare`` puts each workload's and each step's medians side by side and names what
+grows with the topology (``RULE``).
 
 The S3 leg is not measured: ``scripts/cluster.sh up --s3`` is not built yet.
 """
@@ -90,9 +91,15 @@ class Row:
 class WorkloadComparison:
     total: Row  # the core path's median; ``label`` is the workload name
     steps: list[Row]
+    load: tuple[float | None, float | None] = (None, None)  # 1-min load average at the end, embedded and cluster
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.total.label, **self.total.to_json(), "steps": [s.to_json() for s in self.steps]}
+        return {
+            "name": self.total.label,
+            **self.total.to_json(),
+            "load_1min": {"embedded": self.load[0], "cluster": self.load[1]},
+            "steps": [s.to_json() for s in self.steps],
+        }
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,10 @@ def compare(embedded: list[dict[str, Any]], cluster: list[dict[str, Any]]) -> Co
     on_cluster = {w["name"]: w for w in cluster}
     names = [w["name"] for w in embedded] + [n for n in on_cluster if n not in {w["name"] for w in embedded}]
     by_name = {w["name"]: w for w in embedded}
-    totals, step_lists = [], []
+    totals, step_lists, loads = [], [], []
     for name in names:
         here, there = by_name.get(name), on_cluster.get(name)
+        loads.append(((here or {}).get("load_1min"), (there or {}).get("load_1min")))
         totals.append(Row(name, _median(here and here["core"]), _median(there and there["core"])))
         here_steps = {s["label"]: s for s in (here or {}).get("breakdown", [])}
         there_steps = {s["label"]: s for s in (there or {}).get("breakdown", [])}
@@ -153,7 +161,9 @@ def compare(embedded: list[dict[str, Any]], cluster: list[dict[str, Any]]) -> Co
         step_lists.append(
             judge([Row(label, _median(here_steps.get(label)), _median(there_steps.get(label))) for label in labels])
         )
-    return Comparison([WorkloadComparison(t, s) for t, s in zip(judge(totals), step_lists, strict=True)])
+    return Comparison(
+        [WorkloadComparison(t, s, load) for t, s, load in zip(judge(totals), step_lists, loads, strict=True)]
+    )
 
 
 def _round(value: float | None) -> float | None:
@@ -168,6 +178,10 @@ def _ms(value: float | None) -> str:
     if value >= 10:
         return f"{value:.1f} ms"
     return f"{value:.2f} ms"
+
+
+def _load(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _line(row: Row, indent: str, width: int) -> str:
@@ -195,7 +209,9 @@ def render(comparison: Comparison, *, cluster_note: str = "") -> str:
     for workload in comparison.workloads:
         lines.append("  " + _line(workload.total, "", width))
         lines.extend("  " + _line(step, "    ", width) for step in workload.steps)
-    lines += ["", f"  rule: {RULE}"]
+    loads = [f"{w.total.label} {_load(w.load[0])}/{_load(w.load[1])}" for w in comparison.workloads]
+    lines += ["", f"  machine load (1-min average) at the end of each, embedded/cluster: {', '.join(loads)}"]
+    lines.append(f"  rule: {RULE}")
     named = comparison.named()
     lines.append(f"  grows with the topology: {'; '.join(named) if named else 'nothing, by this rule'}")
     return "\n".join(lines)
@@ -263,27 +279,29 @@ def loopback_cluster() -> Iterator[Cluster]:
             _script("down")  # it reports on stderr
 
 
-def run_child(cluster: Cluster, data_dir: Path, args: list[str]) -> dict[str, Any]:
-    """``python -m bench --cluster-worker OUT ARGS`` against ``cluster``; its JSON results.
+def run_child(cluster: Cluster, data_dir: Path, args: list[str]) -> tuple[dict[str, Any], str]:
+    """``python -m bench --cluster-worker OUT ARGS`` against ``cluster``: its JSON results and its report.
 
-    Its report goes to stderr, with its progress; ``data_dir`` is its ``OREO_BENCH_DATA``.
+    Its progress goes to stderr as it runs; ``data_dir`` is its ``OREO_BENCH_DATA``.
     """
     data_dir.mkdir(parents=True, exist_ok=True)
     out = data_dir / "results.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, **cluster.exports, "OREO_BENCH_DATA": str(data_dir)}
     env.pop("DELTA_DATA_ROOT", None)  # the child sets its own, under data_dir
-    _log(f"running on the cluster in a child process (SPARK_REMOTE={cluster.exports['SPARK_REMOTE']}, data {data_dir})")
+    _log(f"... and on the cluster, in a child process (SPARK_REMOTE={cluster.exports['SPARK_REMOTE']})")
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--cluster-worker", str(out), *args],
         env=env,
         cwd=REPO,
-        stdout=sys.stderr,
+        stdout=subprocess.PIPE,
+        text=True,
         check=False,
     )
     if done.returncode != 0 or not out.is_file():
+        sys.stderr.write(done.stdout)
         raise ClusterRunError(f"the cluster run failed (exit {done.returncode}); its messages are above")
-    return dict(json.loads(out.read_text()))
+    return dict(json.loads(out.read_text())), done.stdout.rstrip("\n")
 
 
 def section(comparison: Comparison, cluster: Cluster, child: dict[str, Any]) -> dict[str, Any]:

@@ -122,6 +122,8 @@ def test_the_report_shows_the_table_the_rule_and_what_grows() -> None:
     assert merge.split()[1:6] == ["600", "ms", "1800", "ms", "3.00x"]
     assert "<- grows: 3.0x against 1.0x for the others, +1200 ms" in merge
     assert f"  rule: {_cluster.RULE}" in lines
+    load = f"approve {embedded[0]['load_1min']:.1f}/{cluster_run[0]['load_1min']:.1f}"
+    assert f"  machine load (1-min average) at the end of each, embedded/cluster: {load}" in lines
     assert lines[-1] == "  grows with the topology: approve / merge"
 
     quiet = _cluster.render(_cluster.compare(embedded, embedded))
@@ -130,9 +132,9 @@ def test_the_report_shows_the_table_the_rule_and_what_grows() -> None:
 
 def test_the_results_json_keeps_its_fields_and_adds_a_cluster_section(tmp_path: Path) -> None:
     embedded = [_result("page_read", 20.0, {"read_page": 10.0})]
-    compared = _cluster.compare(embedded, [_result("page_read", 60.0, {"read_page": 50.0})])
+    child = {"workloads": [_result("page_read", 60.0, {"read_page": 50.0})]}
+    compared = _cluster.compare(embedded, child["workloads"])
     where = _cluster.Cluster({"SPARK_REMOTE": "sc://127.0.0.1:1", "OREO_DATABASE_URL": "postgresql://x"}, True, "s")
-    child = {"workloads": [_result("page_read", 60.0)]}
     result = WorkloadResult(name="page_read", description="d", core=Timing(label="core", samples_ms=(20.0,)))
 
     extra = {"cluster": _cluster.section(compared, where, child)}
@@ -148,6 +150,8 @@ def test_the_results_json_keeps_its_fields_and_adds_a_cluster_section(tmp_path: 
     (workload,) = section["workloads"]
     assert (workload["name"], workload["embedded_median_ms"], workload["cluster_median_ms"]) == ("page_read", 20, 60)
     assert workload["ratio"] == 3.0
+    loads = {"embedded": embedded[0]["load_1min"], "cluster": child["workloads"][0]["load_1min"]}
+    assert workload["load_1min"] == loads
     assert workload["steps"] == [
         {
             "label": "read_page",

@@ -29,7 +29,10 @@ from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_br
 
 NAME = "approve"
 CELLS = 10_000
-COLUMNS = ("city", "plan")
+# Columns whose inferred rules (not null) the new values meet: ``plan`` has a value-set rule,
+# and once "plan <tag>" values were merged every later submit on the table validated as
+# "warning", so small_submit's sanity check failed on any run after this one.
+COLUMNS = ("city", "last_name")
 MAX_RATIO = 1.5
 FIRST_ID = 100_001
 

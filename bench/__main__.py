@@ -128,7 +128,7 @@ def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: b
     print(report(results))
     print()
     print("== the same workloads on the cluster (each report from its child process)")
-    print("\n".join(reports))
+    print("\n\n".join(reports))
     comparison = _cluster.compare([r.to_json() for r in results], on_cluster)
     note = " (started by this run, stopped after)" if cluster.started else " (already running: reused, left up)"
     print()

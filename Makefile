@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup setup-test jars chromium postgres demo lint typecheck bench clean
+.PHONY: run test setup setup-test jars chromium postgres demo lint typecheck bench bench-cluster clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 run: setup jars demo
@@ -51,9 +51,14 @@ lint: setup-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-## bench: each workload beside the bare engine doing the same work
+## bench: each workload beside the bare engine doing the same work (`make bench ARGS=--cluster`: see bench-cluster)
 bench: setup-test jars
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(ARGS)
+
+## bench-cluster: page read, edit save, small submit/approve and the 10,000-cell approval,
+## embedded and then on the loopback cluster (scripts/cluster.sh), with cluster/embedded ratios
+bench-cluster: setup-test jars postgres
+	$(BIN)/python -m bench --cluster $(ARGS)
 
 clean:
 	rm -rf data spark-warehouse bench/.data

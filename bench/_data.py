@@ -4,6 +4,9 @@
 (it points the settings at ``bench/.data`` and clears the cached ones), so a benchmark
 never touches the workspace in ``data/``. Tables are created through the product
 (``create_project`` + ``create_dataset``) and reused by later runs.
+
+``OREO_BENCH_DATA`` moves that folder (the tests use a temporary one; ``--cluster``
+gives its cluster run ``bench/.data/cluster``).
 """
 
 from __future__ import annotations
@@ -17,15 +20,27 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent / ".data"
+DATA_DIR = Path(os.environ.get("OREO_BENCH_DATA") or Path(__file__).resolve().parent / ".data").absolute()
 PROJECT = "bench"
 READER = "bench_reader"
 
 
-def configure_environment() -> None:
-    """Point Oreo's settings at ``bench/.data`` (overriding any workspace settings)."""
+def configure_environment(*, cluster: bool = False) -> None:
+    """Point Oreo's settings at ``bench/.data`` (overriding any workspace settings).
+
+    With ``cluster`` the catalog is the one ``OREO_DATABASE_URL`` names (the cluster's
+    PostgreSQL) and Spark the one ``SPARK_REMOTE`` names; only the data root is the bench's.
+
+    Raises:
+        RuntimeError: ``cluster`` without ``SPARK_REMOTE`` and ``OREO_DATABASE_URL`` set.
+    """
     os.environ["DELTA_DATA_ROOT"] = str(DATA_DIR / "delta")
-    os.environ["OREO_DATABASE_URL"] = f"sqlite:///{DATA_DIR / 'catalog.db'}"
+    if cluster:
+        missing = [name for name in ("SPARK_REMOTE", "OREO_DATABASE_URL") if not os.environ.get(name)]
+        if missing:
+            raise RuntimeError(f"a cluster run needs {' and '.join(missing)} (from scripts/cluster.sh up)")
+    else:
+        os.environ["OREO_DATABASE_URL"] = f"sqlite:///{DATA_DIR / 'catalog.db'}"
     DATA_DIR.mkdir(parents=True, exist_ok=True)
 
     from core.catalog import reset_catalogs
@@ -60,6 +75,7 @@ def ensure_reader() -> None:
     with catalog.session() as s:
         has_project = s.get(ProjectRow, PROJECT) is not None
     if not has_project:
+        _forget_orphans()
         projects.create_project(catalog, PROJECT, name="Benchmarks")
     try:
         auth.get_user(catalog, READER)
@@ -67,6 +83,24 @@ def ensure_reader() -> None:
         auth.create_user(catalog, READER, display_name="Benchmark reader")
     if auth.role_in(catalog, auth.get_user(catalog, READER), PROJECT) is None:
         auth.add_member(catalog, PROJECT, READER, auth.Role.EDITOR)
+
+
+def _forget_orphans() -> None:
+    """Remove the bench project's tables left by a catalog that is gone.
+
+    A cluster started afresh has an empty PostgreSQL catalog, while its data root under
+    ``bench/.data/cluster`` keeps the tables an earlier cluster's catalog listed; the
+    bench builds them again rather than trip over folders no catalog knows.
+    """
+    import shutil
+
+    from core.config import get_settings
+    from core.layout import project_root
+
+    project_dir = project_root(get_settings().data_root, PROJECT)
+    if project_dir.is_dir() and DATA_DIR in project_dir.parents:
+        _log(f"the catalog has no {PROJECT!r} project: removing its old tables under {project_dir}")
+        shutil.rmtree(project_dir)
 
 
 def ensure_customers(rows: int) -> BenchTable:

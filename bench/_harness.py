@@ -348,8 +348,13 @@ def environment() -> dict[str, Any]:
     }
 
 
-def write_json(results: list[WorkloadResult], config: BenchConfig, path: Path | None = None) -> Path:
-    """Write the run to ``bench/results/latest.json`` (or ``path``) and return where."""
+def write_json(
+    results: list[WorkloadResult], config: BenchConfig, path: Path | None = None, extra: dict[str, Any] | None = None
+) -> Path:
+    """Write the run to ``bench/results/latest.json`` (or ``path``) and return where.
+
+    ``extra`` adds top-level sections (``--cluster`` adds ``cluster``) beside the usual ones.
+    """
     path = path or RESULTS_DIR / "latest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {
@@ -358,6 +363,7 @@ def write_json(results: list[WorkloadResult], config: BenchConfig, path: Path | 
         "environment": environment(),
         "passed": all(r.passed for r in results),
         "workloads": [r.to_json() for r in results],
+        **(extra or {}),
     }
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return path

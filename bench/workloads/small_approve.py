@@ -6,8 +6,9 @@ each, on rows no other round touches) and times, interleaved:
 * core: ``core.merge.approve_change_request`` on the bench table - checks, conflict
   search, validation (the submit's run reused when ``main`` has not moved), the MERGE
   with its idempotent transaction id, catalog sync, audit event, cleanup;
-* bare delta-spark MERGE on **today's layout**: ``DeltaTable.forPath(copy).merge(staging,
-  row_id).whenMatchedUpdate(city)`` of the other request's staged rows into a copy of the
+* bare delta-spark MERGE on **today's layout**: ``MERGE INTO copy USING staging ON row_id
+  WHEN MATCHED THEN UPDATE`` of ``city`` (``approve.bare_merge``, Spark SQL so that it runs
+  on Spark Connect too) of the other request's staged rows into a copy of the
   bench table written the way main tables were written before issue 12 (one plain Spark
   ``CREATE TABLE ... AS SELECT``, no sort; built once under ``bench/.data/small_approve``).
   That request is withdrawn afterwards.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from bench._data import APPROVER, DATA_DIR, PROJECT, ensure_approver, ensure_customers
 from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_breakdown, time_call
+from bench.workloads.approve import bare_merge
 from bench.workloads.small_submit import small_editor
 
 NAME = "small_approve"
@@ -65,8 +67,6 @@ def _today_copy(main: Path, rows: int) -> Path:
 
 def run(config: BenchConfig) -> WorkloadResult:
     """Alternate core approvals and bare MERGEs of equally sized 5-row requests."""
-    from delta.tables import DeltaTable
-
     from core import auth, change_requests, engine, merge, sessions
     from core.catalog import open_catalog
     from core.datasets import layout_for
@@ -100,15 +100,8 @@ def run(config: BenchConfig) -> WorkloadResult:
         expect(merged.merged_version is not None, "not merged")
         return merged
 
-    def bare_merge(cr: change_requests.ChangeRequest) -> None:
-        source = spark.read.format("delta").load(str(layout.staging(cr.id)))
-        (
-            DeltaTable.forPath(spark, str(today))
-            .alias("t")
-            .merge(source.alias("s"), "t.row_id = s.row_id")
-            .whenMatchedUpdate(set={COLUMN: f"s.{COLUMN}"})
-            .execute()
-        )
+    def bare_today(cr: change_requests.ChangeRequest) -> None:
+        bare_merge(spark, today, layout.staging(cr.id), (COLUMN,))
 
     samples: dict[str, list[tuple[float, float]]] = {_CORE: [], _BARE: []}
     stages: list[tuple[str, float]] = []
@@ -124,7 +117,7 @@ def run(config: BenchConfig) -> WorkloadResult:
                 if round_no:
                     stages += [(t.stage, t.seconds) for t in merged[0].stages if t.action == "approve"]
             else:
-                sample = time_call(lambda cr=cr: bare_merge(cr))  # type: ignore[misc]
+                sample = time_call(lambda cr=cr: bare_today(cr))  # type: ignore[misc]
                 change_requests.withdraw_change_request(catalog, cr.id, actor=editor)  # its staging is spent
             print(f"[bench] {NAME} round {round_no}: {label} {sample[0]:.0f} ms", file=sys.stderr, flush=True)
             if round_no:

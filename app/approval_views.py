@@ -128,10 +128,10 @@ def approval_status(job: Approval, where: DeltaGenerator | None = None) -> None:
         box.progress(job.fraction, text=job.message)
     else:
         if job.outcome == "merged" and job.merged is not None:
-            label = f"Merged as version {job.merged.merged_version} in {seconds(job.elapsed())}"
-            box = target.status(label, state="complete", expanded=True)
+            label, state = f"Merged as version {job.merged.merged_version} in {seconds(job.elapsed())}", "complete"
         else:
-            box = target.status(f"Not merged after {seconds(job.elapsed())}", state="error", expanded=True)
+            label, state = f"Not merged after {seconds(job.elapsed())}", "error"
+        box = target.status(label, state=state, expanded=True)
         # Where the progress bar was: redrawn in place (follow_approval), the box would
         # otherwise keep the running stage list below the final one until the run ends.
         box.empty()

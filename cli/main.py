@@ -49,6 +49,8 @@ app.add_typer(rules_app, name="rules")
 app.add_typer(migrate_app, name="migrate")
 app.add_typer(webhook_app, name="webhook")
 app.add_typer(notify_app, name="notify")
+token_app = typer.Typer(no_args_is_help=True, help="Personal access tokens for the HTTP API.")
+app.add_typer(token_app, name="token")
 
 
 @dataclass
@@ -244,6 +246,58 @@ def user_revoke(username: str, as_user: AsUser = None) -> None:
     catalog = _catalog()
     revoked = web_sessions.revoke_user_sessions(catalog, username, actor=_actor(catalog, as_user))
     emit({"username": username, "revoked": revoked}, f"revoked {revoked} session(s) of {username}")
+
+
+# ---------------------------------------------------------------- API tokens and the API server
+
+
+@token_app.command("create")
+def token_create(
+    as_user: Annotated[str, typer.Option("--as", help="Whose token it is.")],
+    project: Annotated[str | None, typer.Option("--project", help="Only this project.")] = None,
+    role: Annotated[str | None, typer.Option("--role", help="At most this role: editor, approver or admin.")] = None,
+    expires_days: Annotated[int | None, typer.Option("--expires-days", help="Valid this many days.")] = None,
+) -> None:
+    """Create a personal access token for the HTTP API; it is printed once, only its hash is kept."""
+    from core import tokens
+
+    created = tokens.create_token(_catalog(), as_user, project_id=project, role=role, expires_days=expires_days)
+    doc = {"token": created.secret, **created.token.to_json()}
+    emit(doc, f"token {created.token.id} for {as_user} (shown once, keep it safe):\n{created.secret}")
+
+
+@token_app.command("list")
+def token_list(as_user: Annotated[str | None, typer.Option("--as", help="Only this user's tokens.")] = None) -> None:
+    """List API tokens (never their secrets)."""
+    from core import tokens
+
+    found = tokens.list_tokens(_catalog(), username=as_user)
+    lines = [
+        f"{t.id}  {t.username:<16} {t.project_id or '*':<16} {t.role or '-':<9} {t.state:<8} "
+        + (f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "no expiry")
+        for t in found
+    ]
+    emit({"tokens": [t.to_json() for t in found]}, "\n".join(lines) or "no tokens")
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: str) -> None:
+    """Revoke an API token for good."""
+    from core import tokens
+
+    revoked = tokens.revoke_token(_catalog(), token_id)
+    emit(revoked.to_json(), f"token {revoked.id} of {revoked.username} revoked")
+
+
+@app.command("api")
+def api_cmd(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8600,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs, metrics at /metrics)."""
+    from api.app import serve
+
+    serve(host=host, port=port)
 
 
 # ---------------------------------------------------------------- projects and members

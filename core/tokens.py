@@ -226,7 +226,9 @@ def authenticate_token(catalog: Catalog, text: str) -> User:
     now = utcnow()
     with catalog.session() as s:
         found = s.execute(
-            select(ApiTokenRow, UserRow).join(UserRow, UserRow.id == ApiTokenRow.user_id).where(ApiTokenRow.id == token_id)
+            select(ApiTokenRow, UserRow)
+            .join(UserRow, UserRow.id == ApiTokenRow.user_id)
+            .where(ApiTokenRow.id == token_id)
         ).first()
         row, user_row = found if found is not None else (None, None)
         if row is None or user_row is None or not _secret_matches(row, secret, digest):

@@ -138,6 +138,21 @@ def dataset_list(project_id: str, user: Caller) -> dict[str, Any]:
     return {"datasets": [documents.dataset_doc(i) for i in found]}
 
 
+@router.post("/projects/{project_id}/datasets", tags=["datasets"], status_code=201)
+def dataset_create(
+    project_id: str,
+    user: Caller,
+    dataset_id: Annotated[str, Form(description="The new dataset's id")],
+    file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
+    key: Annotated[str | None, Form(description="Column whose values become row_id")] = None,
+    sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
+) -> dict[str, Any]:
+    """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
+    with imports.saved_upload(file.file, file.filename or "upload") as source:
+        info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
+    return documents.jsonable(documents.dataset_doc(info))  # type: ignore[no-any-return]
+
+
 @router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
 def dataset_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
     info = datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)

@@ -46,7 +46,11 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     app.include_router(routes.router)
-    app.mount("/metrics", prometheus_client.make_asgi_app())
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
+        return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
     @app.middleware("http")
     async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -61,7 +65,7 @@ def create_app() -> FastAPI:
             return response
         finally:
             route = request.scope.get("route")
-            template = getattr(route, "path", None) or ("/metrics" if request.url.path.startswith("/metrics") else "-")
+            template = getattr(route, "path", None) or "-"
             REQUEST_SECONDS.labels(template, request.method, str(status)).observe(time.perf_counter() - started)
             if "token_id" in tags:
                 await run_in_threadpool(_audit_call, request.method, template, status, tags["token_id"], request)

@@ -10,6 +10,7 @@ records during the call carry the token id too (``audit.tagged``).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,9 +31,14 @@ REQUEST_SECONDS = prometheus_client.Histogram(
 )
 
 
+# "0": no warm start (Spark then starts on first use); the page-read benchmark needs only DuckDB.
+WARM_ENGINE_ENV = "OREO_API_WARM_ENGINE"
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
-    engine.start_in_background()
+    if os.environ.get(WARM_ENGINE_ENV, "1") != "0":
+        engine.start_in_background()
     yield
 
 

@@ -498,10 +498,13 @@ def import_file(
             stack.close()
 
     try:
-        return _act(request, user, "import", fingerprint, work, can_async=True)
+        response = _act(request, user, "import", fingerprint, work, can_async=True)
     except BaseException:
         stack.close()
         raise
+    if response.status_code != 202 or "Idempotent-Replayed" in response.headers:
+        stack.close()  # the work ran (and closed it) or never will; a fresh 202's work closes it when done
+    return response
 
 
 def imports_digest(path: Path) -> str:

@@ -355,6 +355,41 @@ def test_concurrent_retries_with_one_key_merge_once(server: Server, people: str)
     assert _merge_commits(server, people, cr_id) == 1
 
 
+def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
+    server: Server, people: str, tmp_path: Path
+) -> None:
+    rows = b"id,name,score\n200,imported a,1.5\n201,imported b,2.5\n"
+    imports = f"/api/v1/projects/demo/datasets/{people}/imports"
+    with server.client("ed", **{"Idempotency-Key": "import-1"}) as c:
+        answers = [
+            c.post(imports, data={"title": "two rows"}, files={"file": ("two.csv", rows, "text/csv")}) for _ in "ab"
+        ]
+    assert [a.status_code for a in answers] == [201, 201], answers[0].text
+    assert answers[0].json() == answers[1].json() and answers[0].json()["state"] == "open"
+    assert set(answers[0].json()) == {"cr_id", "state", "validation", "schema_changes"}
+    with server.client("ed") as c:
+        listed = c.get("/api/v1/change-requests", params={"project": "demo", "dataset": people, "state": "open"})
+    imported = [r["cr_id"] for r in listed.json()["change_requests"] if r["kind"] == "import"]
+    assert imported == [answers[0].json()["cr_id"]]
+    on_disk = tmp_path / "two.csv"
+    on_disk.write_bytes(rows)
+    with server.client("ed") as c:
+        _assert_error(c.post(imports, data={"path": str(on_disk)}), 403, "permission_denied")
+        _assert_error(c.post(imports, data={"title": "nothing"}), 400, "invalid_input")
+        c.post(f"/api/v1/change-requests/{answers[0].json()['cr_id']}/withdraw")
+    with server.client("boss", Prefer="respond-async") as c:
+        started = c.post(imports, data={"path": str(on_disk), "title": "from the server"})
+        assert started.status_code == 202, started.text
+        deadline = time.monotonic() + 600
+        while (polled := c.get(started.headers["Location"]).json())["state"] == "running":
+            assert time.monotonic() < deadline, polled
+            time.sleep(0.5)
+    assert polled["state"] == "succeeded", polled
+    assert polled["result"]["state"] == "open"
+    with server.client("boss") as c:
+        c.post(f"/api/v1/change-requests/{polled['result']['cr_id']}/withdraw")
+
+
 # ---------------------------------------------------------------- tokens
 
 

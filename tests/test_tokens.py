@@ -119,3 +119,43 @@ def test_cli_prints_the_token_once_as_one_json_document(
     assert "revoked" in capsys.readouterr().out
     with pytest.raises(AuthenticationFailed):
         tokens.authenticate_token(team, created["token"])
+
+
+def test_tokens_and_idempotency_keys_on_postgres(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 0013 is portable: tokens, and the key row that makes a second claim wait, on PostgreSQL."""
+    from api import jobs
+    from core.catalog import open_catalog, reset_catalogs
+    from core.config import get_settings
+    from core.errors import ConflictError
+
+    monkeypatch.setenv("OREO_DATABASE_URL", postgres_url)
+    get_settings.cache_clear()
+    reset_catalogs()
+    catalog = open_catalog()
+    auth.create_user(catalog, "pgtoken", password="password123")
+    created = tokens.create_token(catalog, "pgtoken", role="editor", expires_days=2)
+    user = tokens.authenticate_token(catalog, created.secret)
+    assert user.scope is not None and user.scope.role == auth.Role.EDITOR
+    fingerprint = jobs.request_hash("POST", "/x", {"a": 1})
+    assert jobs.claim_key(catalog, user, "k", fingerprint) is None
+    with pytest.raises(ConflictError, match="still running"):
+        jobs.claim_key(catalog, user, "k", fingerprint)
+    jobs.settle_key(catalog, user, "k", jobs.Answer(200, {"done": True}, {}))
+    assert jobs.claim_key(catalog, user, "k", fingerprint) == jobs.Answer(200, {"done": True}, {})
+    with pytest.raises(ConflictError, match="different request"):
+        jobs.claim_key(catalog, user, "k", jobs.request_hash("POST", "/x", {"a": 2}))
+    tokens.revoke_token(catalog, created.token.id)
+    with pytest.raises(AuthenticationFailed):
+        tokens.authenticate_token(catalog, created.secret)
+
+
+def test_a_key_whose_first_call_failed_on_the_server_side_acts_again(team: Catalog) -> None:
+    from api import jobs
+
+    user = tokens.authenticate_token(team, tokens.create_token(team, "ed").secret)
+    fingerprint = jobs.request_hash("POST", "/restore", {"version": 1})
+    assert jobs.claim_key(team, user, "retry-me", fingerprint) is None
+    jobs.settle_key(team, user, "retry-me", None)  # a 503: not kept
+    assert jobs.claim_key(team, user, "retry-me", fingerprint) is None
+    other = tokens.authenticate_token(team, tokens.create_token(team, "ap").secret)
+    assert jobs.claim_key(team, other, "retry-me", fingerprint) is None  # keys are per token

@@ -6,6 +6,7 @@ Endpoints are plain ``def``s: FastAPI runs them in its thread pool, as core is b
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from contextlib import ExitStack
@@ -150,7 +151,7 @@ def dataset_create(
     """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
     with imports.saved_upload(file.file, file.filename or "upload") as source:
         info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
-    return documents.jsonable(documents.dataset_doc(info))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.dataset_doc(info))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
@@ -188,7 +189,7 @@ def dataset_rows(
             catalog, project_id, dataset_id, actor=user, version=version, conditions=conditions, order_by=order_by,
             descending=desc, limit=limit, offset=offset,
         )  # fmt: skip
-    return documents.jsonable(documents.rows_doc(page))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.rows_doc(page))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])
@@ -235,7 +236,7 @@ def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dic
 def session_show(session_id: str, user: Caller) -> dict[str, Any]:
     info = sessions.get_session(_catalog(), session_id, actor=user)
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
-    return documents.jsonable(documents.session_doc(info, edits))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.session_doc(info, edits))
 
 
 # ---------------------------------------------------------------- change requests
@@ -274,7 +275,7 @@ def cr_list(
     found = change_requests.list_change_requests(
         _catalog(), actor=user, project_id=project, dataset_id=dataset, state=state
     )
-    return documents.jsonable({"change_requests": [documents.cr_doc(c) for c in found]})  # type: ignore[no-any-return]
+    return documents.jsonable({"change_requests": [documents.cr_doc(c) for c in found]})
 
 
 @router.get("/change-requests/{cr_id}", tags=["change requests"])
@@ -306,7 +307,7 @@ def cr_show(
             catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset
         )
         doc.update(documents.row_diff_doc(row_page))
-    return documents.jsonable(doc)  # type: ignore[no-any-return]
+    return documents.jsonable(doc)
 
 
 class ApproveBody(_Body):
@@ -350,7 +351,7 @@ def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, 
 def cr_revise(cr_id: str, user: Caller) -> dict[str, Any]:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
-    return documents.jsonable(  # type: ignore[no-any-return]
+    return documents.jsonable(
         documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
     )
 
@@ -367,7 +368,7 @@ def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> dict[str, Any]:
     comment = change_requests.add_comment(
         _catalog(), cr_id, body.text, actor=user, row_id=body.row_id, column=body.column
     )
-    return documents.jsonable(documents.comment_doc(cr_id, comment))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.comment_doc(cr_id, comment))
 
 
 # ---------------------------------------------------------------- history
@@ -386,7 +387,7 @@ def history_list(
     page = history.table_history(
         _catalog(), project_id, dataset_id, actor=user, limit=limit, offset=offset, hide_maintenance=hide_maintenance
     )
-    return documents.jsonable(documents.history_doc(page))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.history_doc(page))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/diff", tags=["history"])
@@ -403,7 +404,7 @@ def version_diff(
     result = history.diff_versions(
         _catalog(), project_id, dataset_id, from_version, to_version, actor=user, limit=limit, offset=offset
     )
-    return documents.jsonable(documents.version_diff_doc(result))  # type: ignore[no-any-return]
+    return documents.jsonable(documents.version_diff_doc(result))
 
 
 class RestoreBody(_Body):
@@ -476,7 +477,7 @@ def import_file(
     stack = ExitStack()
     if file is not None:
         source = stack.enter_context(imports.saved_upload(file.file, file.filename or "upload"))
-        fingerprint: Any = {"file": imports_digest(source)}
+        fingerprint: Any = {"file": _file_digest(source)}
     else:
         auth.require_role(catalog, user, project_id, auth.Role.ADMIN, action="import a file from the server's disk")
         source = Path(str(path))
@@ -507,9 +508,7 @@ def import_file(
     return response
 
 
-def imports_digest(path: Path) -> str:
-    import hashlib
-
+def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -552,4 +551,4 @@ class CleanupBody(_Body):
 def cleanup(body: CleanupBody, user: Caller) -> dict[str, Any]:
     """Remove expired sessions, staging tables of closed requests and orphan imports."""
     report = maintenance.cleanup(_catalog(), actor=user, ttl_hours=body.ttl_hours, dry_run=body.dry_run)
-    return documents.jsonable(report)  # type: ignore[no-any-return]
+    return documents.jsonable(report)

@@ -206,10 +206,26 @@ def test_health_openapi_docs_and_metrics(server: Server) -> None:
     ):
         assert kept in paths, kept
     assert "swagger" in httpx.get(server.url + "/docs").text.lower()
+    before = _request_count(server, "GET", "/api/v1/projects", 200)
+    refused = _request_count(server, "GET", "/api/v1/projects", 401)
     with server.client("ed") as c:
-        assert c.get("/api/v1/projects").status_code == 200
-    metrics = httpx.get(server.url + "/metrics").text
-    assert 'oreo_api_request_seconds_count{method="GET",route="/api/v1/projects",status="200"}' in metrics
+        assert [c.get("/api/v1/projects").status_code for _ in range(3)] == [200, 200, 200]
+    assert httpx.get(server.url + "/api/v1/projects").status_code == 401
+    assert _request_count(server, "GET", "/api/v1/projects", 200) == before + 3
+    assert _request_count(server, "GET", "/api/v1/projects", 401) == refused + 1
+
+
+def _request_count(server: Server, method: str, route: str, status: int) -> float:
+    """``oreo_api_request_seconds_count`` of one route, method and status, from ``/metrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(server.url + "/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = {"method": method, "route": route, "status": str(status)}
+            if sample.name == "oreo_api_request_seconds_count" and sample.labels == labels:
+                return sample.value
+    return 0.0
 
 
 # ---------------------------------------------------------------- the whole loop

@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
@@ -67,6 +67,11 @@ Caller = Annotated[auth.User, Depends(caller)]
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _document(doc: dict[str, Any], status: int = 200) -> Response:
+    """A CLI document as the response body, encoded once (``core.documents.dumps``: strict JSON)."""
+    return Response(documents.dumps(doc), status_code=status, media_type="application/json")
 
 
 def _respond(answer: jobs.Answer, *, replayed: bool = False) -> JSONResponse:
@@ -147,11 +152,11 @@ def dataset_create(
     file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
     key: Annotated[str | None, Form(description="Column whose values become row_id")] = None,
     sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
-) -> dict[str, Any]:
+) -> Response:
     """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
     with imports.saved_upload(file.file, file.filename or "upload") as source:
         info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
-    return documents.jsonable(documents.dataset_doc(info))
+    return _document(documents.dataset_doc(info), 201)
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
@@ -172,7 +177,7 @@ def dataset_rows(
     desc: bool = False,
     where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
     session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
-) -> dict[str, Any]:
+) -> Response:
     """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
     catalog = _catalog()
     conditions = [parse_where(text) for text in where or []]
@@ -189,7 +194,7 @@ def dataset_rows(
             catalog, project_id, dataset_id, actor=user, version=version, conditions=conditions, order_by=order_by,
             descending=desc, limit=limit, offset=offset,
         )  # fmt: skip
-    return documents.jsonable(documents.rows_doc(page))
+    return _document(documents.rows_doc(page))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])
@@ -233,10 +238,10 @@ def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dic
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"])
-def session_show(session_id: str, user: Caller) -> dict[str, Any]:
+def session_show(session_id: str, user: Caller) -> Response:
     info = sessions.get_session(_catalog(), session_id, actor=user)
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
-    return documents.jsonable(documents.session_doc(info, edits))
+    return _document(documents.session_doc(info, edits))
 
 
 # ---------------------------------------------------------------- change requests
@@ -269,13 +274,13 @@ def cr_list(
     project: str | None = None,
     dataset: str | None = None,
     state: change_requests.CRState | None = None,
-) -> dict[str, Any]:
+) -> Response:
     if (project is None) != (dataset is None):
         raise InvalidInput("give both project and dataset, or neither", field="project")
     found = change_requests.list_change_requests(
         _catalog(), actor=user, project_id=project, dataset_id=dataset, state=state
     )
-    return documents.jsonable({"change_requests": [documents.cr_doc(c) for c in found]})
+    return _document({"change_requests": [documents.cr_doc(c) for c in found]})
 
 
 @router.get("/change-requests/{cr_id}", tags=["change requests"])
@@ -287,7 +292,7 @@ def cr_show(
     rows: bool = False,
     kind: Annotated[list[str] | None, Query(description="With rows: only insert, update and/or delete")] = None,
     column: Annotated[list[str] | None, Query(description="With rows: only rows changing these columns")] = None,
-) -> dict[str, Any]:
+) -> Response:
     """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too)."""
     catalog = _catalog()
     cr = change_requests.get_change_request(catalog, cr_id, actor=user)
@@ -307,7 +312,7 @@ def cr_show(
             catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset
         )
         doc.update(documents.row_diff_doc(row_page))
-    return documents.jsonable(doc)
+    return _document(doc)
 
 
 class ApproveBody(_Body):
@@ -348,10 +353,10 @@ def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, 
 
 
 @router.post("/change-requests/{cr_id}/revise", tags=["change requests"])
-def cr_revise(cr_id: str, user: Caller) -> dict[str, Any]:
+def cr_revise(cr_id: str, user: Caller) -> Response:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
-    return documents.jsonable(
+    return _document(
         documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
     )
 
@@ -363,12 +368,12 @@ class CommentBody(_Body):
 
 
 @router.post("/change-requests/{cr_id}/comments", tags=["change requests"], status_code=201)
-def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> dict[str, Any]:
+def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
     """Comment on a change request, or on one cell of its diff (row_id and column)."""
     comment = change_requests.add_comment(
         _catalog(), cr_id, body.text, actor=user, row_id=body.row_id, column=body.column
     )
-    return documents.jsonable(documents.comment_doc(cr_id, comment))
+    return _document(documents.comment_doc(cr_id, comment), 201)
 
 
 # ---------------------------------------------------------------- history
@@ -382,12 +387,12 @@ def history_list(
     limit: int | None = None,
     offset: int = 0,
     hide_maintenance: bool = False,
-) -> dict[str, Any]:
+) -> Response:
     """The versions of the dataset's main table, newest first."""
     page = history.table_history(
         _catalog(), project_id, dataset_id, actor=user, limit=limit, offset=offset, hide_maintenance=hide_maintenance
     )
-    return documents.jsonable(documents.history_doc(page))
+    return _document(documents.history_doc(page))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/diff", tags=["history"])
@@ -399,12 +404,12 @@ def version_diff(
     to_version: Annotated[int, Query(alias="to")],
     limit: int = 100,
     offset: int = 0,
-) -> dict[str, Any]:
+) -> Response:
     """The cell-level changes between two versions."""
     result = history.diff_versions(
         _catalog(), project_id, dataset_id, from_version, to_version, actor=user, limit=limit, offset=offset
     )
-    return documents.jsonable(documents.version_diff_doc(result))
+    return _document(documents.version_diff_doc(result))
 
 
 class RestoreBody(_Body):
@@ -548,7 +553,7 @@ class CleanupBody(_Body):
 
 
 @router.post("/cleanup", tags=["maintenance"])
-def cleanup(body: CleanupBody, user: Caller) -> dict[str, Any]:
+def cleanup(body: CleanupBody, user: Caller) -> Response:
     """Remove expired sessions, staging tables of closed requests and orphan imports."""
     report = maintenance.cleanup(_catalog(), actor=user, ttl_hours=body.ttl_hours, dry_run=body.dry_run)
-    return documents.jsonable(report)
+    return _document(report)

@@ -1,4 +1,4 @@
-# Oreo: Streamlit UI + CLI, embedded Spark (or Spark Connect via SPARK_REMOTE), DuckDB reads.
+# Oreo: Streamlit UI + CLI + HTTP API (oreo api), embedded Spark (or Spark Connect via SPARK_REMOTE), DuckDB reads.
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -21,6 +21,7 @@ COPY requirements.txt pyproject.toml README.md ./
 RUN pip install -r requirements.txt
 COPY core ./core
 COPY cli ./cli
+COPY api ./api
 COPY app ./app
 COPY pages ./pages
 COPY scripts ./scripts
@@ -35,6 +36,8 @@ USER oreo
 
 VOLUME ["/data"]
 EXPOSE 8501
+# The HTTP API: `docker run -p 8600:8600 oreo:local oreo api --host 0.0.0.0` (README "HTTP API").
+EXPOSE 8600
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health')"
 ENTRYPOINT ["tini", "--"]
 CMD ["streamlit", "run", "app/main.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

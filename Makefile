@@ -8,8 +8,9 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: run test setup setup-test jars chromium postgres demo lint typecheck bench bench-cluster clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
+## and the HTTP API on http://localhost:8600 (scripts/run.sh: the API stops when the app does)
 run: setup jars demo
-	$(BIN)/streamlit run app/main.py --server.port 8501 --server.address 0.0.0.0 --server.headless true
+	BIN=$(BIN) scripts/run.sh
 
 ## test: install everything (test tools, Chromium, PostgreSQL), then run the whole suite
 test: setup-test jars chromium postgres

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import sys
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 
 from cli import rows as rows_cli
 from cli.migrate import migrate_app
 from cli.notify import notify_app, webhook_app
-from core import auth, change_requests, datasets, engine, logs, projects, sessions
+from core import auth, change_requests, datasets, documents, engine, logs, projects, sessions
 from core.catalog import Catalog, open_catalog
+from core.documents import cr_doc as _cr_doc
+from core.documents import dataset_doc as _dataset_doc
+from core.documents import dumps
+from core.documents import validation_doc as _validation_doc
 from core.errors import EngineError, InvalidInput, OreoError
 from core.filters import parse_where
 from core.reads import RowFilter
@@ -49,6 +50,8 @@ app.add_typer(rules_app, name="rules")
 app.add_typer(migrate_app, name="migrate")
 app.add_typer(webhook_app, name="webhook")
 app.add_typer(notify_app, name="notify")
+token_app = typer.Typer(no_args_is_help=True, help="Personal access tokens for the HTTP API.")
+app.add_typer(token_app, name="token")
 
 
 @dataclass
@@ -64,42 +67,6 @@ AsUser = Annotated[str | None, typer.Option("--as", help="Act as this user (defa
 @app.callback()
 def _global(json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False) -> None:
     state.json = json_output
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    return str(value)
-
-
-_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def strict_json(value: Any) -> Any:
-    """``value`` with every NaN and ±Infinity float as the string "NaN", "Infinity" or "-Infinity".
-
-    Strict JSON has no such numbers; ``json.dumps`` would print bare ``NaN``/``Infinity``.
-    """
-    if isinstance(value, dict):
-        return {k: strict_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [strict_json(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return _NON_FINITE_TEXT[str(value)]
-    return value
-
-
-def dumps(document: Any, *, indent: int | None = None) -> str:
-    """One strict JSON document (``allow_nan=False``: a bare NaN would be a bug, not output)."""
-    return json.dumps(strict_json(document), default=_jsonable, indent=indent, allow_nan=False)
 
 
 def emit(document: dict[str, Any], human: str | None = None) -> None:
@@ -246,6 +213,58 @@ def user_revoke(username: str, as_user: AsUser = None) -> None:
     emit({"username": username, "revoked": revoked}, f"revoked {revoked} session(s) of {username}")
 
 
+# ---------------------------------------------------------------- API tokens and the API server
+
+
+@token_app.command("create")
+def token_create(
+    as_user: Annotated[str, typer.Option("--as", help="Whose token it is.")],
+    project: Annotated[str | None, typer.Option("--project", help="Only this project.")] = None,
+    role: Annotated[str | None, typer.Option("--role", help="At most this role: editor, approver or admin.")] = None,
+    expires_days: Annotated[int | None, typer.Option("--expires-days", help="Valid this many days.")] = None,
+) -> None:
+    """Create a personal access token for the HTTP API; it is printed once, only its hash is kept."""
+    from core import tokens
+
+    created = tokens.create_token(_catalog(), as_user, project_id=project, role=role, expires_days=expires_days)
+    doc = {"token": created.secret, **created.token.to_json()}
+    emit(doc, f"token {created.token.id} for {as_user} (shown once, keep it safe):\n{created.secret}")
+
+
+@token_app.command("list")
+def token_list(as_user: Annotated[str | None, typer.Option("--as", help="Only this user's tokens.")] = None) -> None:
+    """List API tokens (never their secrets)."""
+    from core import tokens
+
+    found = tokens.list_tokens(_catalog(), username=as_user)
+    lines = [
+        f"{t.id}  {t.username:<16} {t.project_id or '*':<16} {t.role or '-':<9} {t.state:<8} "
+        + (f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "no expiry")
+        for t in found
+    ]
+    emit({"tokens": [t.to_json() for t in found]}, "\n".join(lines) or "no tokens")
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: str) -> None:
+    """Revoke an API token for good."""
+    from core import tokens
+
+    revoked = tokens.revoke_token(_catalog(), token_id)
+    emit(revoked.to_json(), f"token {revoked.id} of {revoked.username} revoked")
+
+
+@app.command("api")
+def api_cmd(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8600,
+) -> None:
+    """Serve the HTTP API (OpenAPI at /openapi.json, docs at /docs, metrics at /metrics)."""
+    from api.app import serve
+
+    serve(host=host, port=port)
+
+
 # ---------------------------------------------------------------- projects and members
 
 
@@ -262,7 +281,7 @@ def project_list(as_user: AsUser = None) -> None:
     catalog = _catalog()
     items = projects.list_projects(catalog, _actor(catalog, as_user))
     emit(
-        {"projects": [{"project": p.id, "name": p.name} for p in items]},
+        {"projects": [documents.project_doc(p) for p in items]},
         "\n".join(f"{p.id:<20} {p.name}" for p in items),
     )
 
@@ -281,19 +300,6 @@ def member_add(
 
 
 # ---------------------------------------------------------------- datasets
-
-
-def _dataset_doc(info: datasets.DatasetInfo) -> dict[str, Any]:
-    return {
-        "project": info.project_id,
-        "dataset": info.dataset_id,
-        "version": info.version,
-        "rows": info.rows,
-        "key": info.key_column,
-        "last_commit_id": info.last_commit_id,
-        "last_commit_at": info.last_commit_at,
-        "path": info.path,
-    }
 
 
 @dataset_app.command("create")
@@ -329,16 +335,8 @@ def dataset_show(project_id: str, dataset_id: str, as_user: AsUser = None) -> No
     """Show a dataset's version, row count, columns and path."""
     catalog = _catalog()
     info = datasets.get_dataset(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
-    columns = [{"name": c.name, "type": c.type} for c in datasets.dataset_columns(info)]
-    doc = {
-        "project": info.project_id,
-        "dataset": info.dataset_id,
-        "version": info.version,
-        "rows": info.rows,
-        "columns": columns,
-        "last_commit_id": info.last_commit_id,
-        "path": info.path,
-    }
+    doc = documents.dataset_show_doc(info, datasets.dataset_columns(info))
+    columns = doc["columns"]
     human = "\n".join(
         [
             f"{info.project_id}/{info.dataset_id}  version {info.version}  {info.rows:,} rows",
@@ -428,12 +426,6 @@ def _parse_filters(specs: list[str], op: str) -> list[RowFilter]:
     return filters
 
 
-def records(frame: Any) -> list[dict[str, Any]]:
-    """DataFrame rows as JSON-ready dicts (NaN/NaT become null)."""
-    clean = frame.astype(object).where(frame.notna(), None)
-    return [dict(r) for r in clean.to_dict("records")]
-
-
 @dataset_app.command("rows")
 def dataset_rows(
     project_id: str,
@@ -482,7 +474,7 @@ def dataset_rows(
             limit=limit,
             offset=offset,
         )
-        emit({"rows": records(page.rows), "total": page.total}, page.rows.to_string(index=False))
+        emit(documents.rows_doc(page), page.rows.to_string(index=False))
         return
     page = datasets.dataset_rows(
         catalog,
@@ -497,7 +489,7 @@ def dataset_rows(
         limit=limit,
         offset=offset,
     )
-    doc = {"rows": records(page.rows), "total": page.total}
+    doc = documents.rows_doc(page)
     human = page.rows.to_string(index=False) + f"\n({len(page.rows)} of {page.total} rows)"
     emit(doc, human)
 
@@ -566,7 +558,7 @@ def edit(
     else:
         _session_on(catalog, session_id, project_id, dataset_id, actor)
     count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
-    emit({"session_id": session_id, "edits": count}, f"session {session_id}: {count} pending edit(s)")
+    emit(documents.edit_doc(session_id, count), f"session {session_id}: {count} pending edit(s)")
 
 
 @session_app.command("show")
@@ -575,23 +567,7 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
     catalog = _catalog()
     info = sessions.get_session(catalog, session_id, actor=_actor(catalog, as_user))
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
-    doc = {
-        "session_id": info.session_id,
-        "owner": info.owner,
-        "project": info.project_id,
-        "dataset": info.dataset_id,
-        "base_version": info.base_version,
-        "edits": [
-            {
-                "row_id": e.row_id,
-                "column": e.column,
-                "old_value": e.old_value,
-                "new_value": e.new_value,
-                "change": e.change,
-            }
-            for e in edits
-        ],
-    }
+    doc = documents.session_doc(info, edits)
     lines = [
         f"session {info.session_id} of {info.owner} on {info.project_id}/{info.dataset_id} (base v{info.base_version})"
     ]
@@ -602,42 +578,6 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
 
 
 # ---------------------------------------------------------------- change requests
-
-
-def _cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
-    return {
-        "cr_id": cr.id,
-        "state": cr.state.value,
-        "project": cr.project_id,
-        "dataset": cr.dataset_id,
-        "author": cr.author,
-        "title": cr.title,
-        "base_version": cr.base_version,
-        "rows": cr.rows,
-        "cells": cr.cells,
-        "validation_status": cr.validation_status,
-        "created_at": cr.created_at,
-        "closed_at": cr.closed_at,
-        "closed_by": cr.closed_by,
-        "merged_version": cr.merged_version,
-        "kind": cr.kind,
-        "schema_changes": [c.to_json() for c in cr.schema_changes],
-        "stages": [t.to_json() for t in cr.stages],
-        "revision": cr.revision,
-    }
-
-
-def _validation_doc(run: Any) -> dict[str, Any] | None:
-    if run is None:
-        return None
-    return {
-        "run_id": run.run_id,
-        "status": run.status,
-        "failures": [
-            {"expectation": f.expectation, "severity": f.severity, "column": f.column, "unexpected": f.unexpected_count}
-            for f in run.failures
-        ],
-    }
 
 
 @cr_app.command("submit")
@@ -666,7 +606,7 @@ def cr_submit(
         _session_on(catalog, session_id, project_id, dataset_id, actor)
     cr = change_requests.submit_change_request(catalog, session_id, actor=actor, title=title, description=description)
     run = change_requests.validation_for(catalog, cr.id, actor=actor)
-    doc = {"cr_id": cr.id, "state": cr.state.value, "validation": _validation_doc(run)}
+    doc = documents.submit_doc(cr, run)
     emit(
         doc,
         f"change request {cr.id} submitted ({cr.cells} cell(s), {cr.rows} row(s)); validation {cr.validation_status}",
@@ -778,16 +718,10 @@ def cr_show(
     thread = change_requests.comments(catalog, cr_id, actor=actor)
     revisions = change_requests.revisions(catalog, cr_id, actor=actor)
     states = change_requests.state_history(catalog, cr_id, actor=actor)
-    doc = {
-        **_cr_doc(cr),
-        "changes": [c.to_json() for c in changes],
-        "total": total,
-        "validation": _validation_doc(run),
-        "conflicts": [c.to_json() for c in conflicts],
-        "thread": [c.to_json() for c in thread],
-        "revisions": [r.to_json() for r in revisions],
-        "state_history": [h.to_json() for h in states],
-    }
+    doc = documents.cr_show_doc(
+        cr, changes=changes, total=total, run=run, conflicts=conflicts, thread=thread, revisions=revisions,
+        states=states,
+    )  # fmt: skip
     lines = [
         f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
         f"(base v{cr.base_version}, revision {cr.revision}); validation {cr.validation_status}; "
@@ -828,7 +762,7 @@ def cr_approve(
     catalog = _catalog()
     cr = merge.approve_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), comment=comment)
     emit(
-        {"cr_id": cr.id, "state": cr.state.value, "version": cr.merged_version},
+        documents.approve_doc(cr),
         f"change request {cr.id} merged as version {cr.merged_version}",
     )
 
@@ -842,7 +776,7 @@ def cr_reject(
     """Reject a change request; main is untouched."""
     catalog = _catalog()
     cr = change_requests.reject_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), reason=reason)
-    emit({"cr_id": cr.id, "state": cr.state.value}, f"change request {cr.id} rejected")
+    emit(documents.state_doc(cr), f"change request {cr.id} rejected")
 
 
 @cr_app.command("withdraw")
@@ -850,7 +784,7 @@ def cr_withdraw(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="T
     """Withdraw your own open change request; main is untouched."""
     catalog = _catalog()
     cr = change_requests.withdraw_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user))
-    emit({"cr_id": cr.id, "state": cr.state.value}, f"change request {cr.id} withdrawn")
+    emit(documents.state_doc(cr), f"change request {cr.id} withdrawn")
 
 
 @cr_app.command("resubmit")
@@ -905,7 +839,7 @@ def cr_comment(
     actor = auth.get_user(catalog, as_user)
     comment = change_requests.add_comment(catalog, cr_id, text, actor=actor, row_id=row, column=column)
     where = f" on row {comment.row_id} · {comment.column}" if comment.row_id is not None else ""
-    emit({"cr_id": cr_id, "comment": comment.to_json()}, f"commented on change request {cr_id}{where}")
+    emit(documents.comment_doc(cr_id, comment), f"commented on change request {cr_id}{where}")
 
 
 @cr_app.command("request-changes")
@@ -930,7 +864,7 @@ def cr_revise(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The
     actor = auth.get_user(catalog, as_user)
     cr = change_requests.revise_change_request(catalog, cr_id, actor=actor)
     run = change_requests.validation_for(catalog, cr.id, actor=actor)
-    doc = {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision, "validation": _validation_doc(run)}
+    doc = documents.revise_doc(cr, run)
     emit(
         doc,
         f"change request {cr.id} revised: revision {cr.revision} ({cr.cells} cell(s), {cr.rows} row(s)); "
@@ -1079,7 +1013,7 @@ def history_list(
         + (f"  restored to v{v.restored_to}: {v.reason}" if v.kind == "restore" else "")
         for v in page.versions
     ]
-    emit({"versions": [v.to_json() for v in page.versions], "total": page.total}, "\n".join(lines))
+    emit(documents.history_doc(page), "\n".join(lines))
 
 
 @app.command("diff")
@@ -1111,14 +1045,7 @@ def history_diff(
         limit=limit,
         offset=offset,
     )
-    doc = {
-        "changes": [c.to_json() for c in result.changes],
-        "total": result.total,
-        "rows_inserted": result.rows_inserted,
-        "rows_updated": result.rows_updated,
-        "rows_deleted": result.rows_deleted,
-        "source": result.source,
-    }
+    doc = documents.version_diff_doc(result)
     lines = [
         f"v{from_version} -> v{to_version}: {result.rows_inserted} inserted, {result.rows_updated} updated, "
         f"{result.rows_deleted} deleted row(s); {result.total} change(s)"
@@ -1160,7 +1087,7 @@ def history_restore(
         catalog, project_id, dataset_id, version, actor=auth.get_user(catalog, as_user), reason=reason or ""
     )
     emit(
-        {"version": result.version, "restored_to": result.restored_to},
+        documents.restore_doc(result),
         f"{project_id}/{dataset_id} restored to version {result.restored_to} as version {result.version}",
     )
 

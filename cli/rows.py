@@ -70,10 +70,9 @@ def all_rows(fetch: Callable[[int, int], diff.RowDiffPage], limit: int | None, o
 
 def rows_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None) -> dict[str, Any]:
     """The key ``--rows`` adds to a command's JSON document: ``row_diff`` (its other keys stay as they are)."""
-    doc = page.to_json()
-    if exported is not None:
-        doc["export"] = {"path": str(exported[0]), "rows": exported[1]}
-    return {"row_diff": doc}
+    from core.documents import row_diff_doc
+
+    return row_diff_doc(page, exported)
 
 
 def rows_lines(page: diff.RowDiffPage, exported: tuple[Path, int] | None) -> list[str]:

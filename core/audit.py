@@ -7,6 +7,9 @@ commits or rolls back together with the change it describes.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
@@ -118,8 +121,61 @@ class DatasetCreated(AuditEvent):
     commit_id: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class TokenCreated(AuditEvent):
+    name: ClassVar[str] = "token_created"
+    token_id: str
+    username: str
+    scope_project: str | None = None
+    scope_role: str | None = None
+    expires_at: str | None = None
+
+    def target(self) -> str:
+        return f"user:{self.username}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenRevoked(AuditEvent):
+    name: ClassVar[str] = "token_revoked"
+    token_id: str
+    username: str
+
+    def target(self) -> str:
+        return f"user:{self.username}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiRequest(AuditEvent):
+    """One call to the HTTP API (api/), with the token it was made with."""
+
+    name: ClassVar[str] = "api_request"
+    method: str
+    route: str
+    status: int
+    token_id: str
+
+
+# Tags that every event recorded in this context carries in its details: the HTTP API
+# puts the calling token's id here, so what a core function records names the token too.
+_tags: ContextVar[dict[str, str] | None] = ContextVar("oreo_audit_tags", default=None)
+
+
+@contextmanager
+def tagged(tags: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Add ``tags`` (a dict the caller may fill in later) to every event recorded inside."""
+    reset = _tags.set(tags)
+    try:
+        yield tags
+    finally:
+        _tags.reset(reset)
+
+
 def record(session: Session, event: AuditEvent) -> None:
     """Append ``event`` to the audit log inside ``session``'s transaction."""
+    details = event.details()
+    tags = _tags.get()
+    if tags:
+        details = {**tags, **details}
     session.add(
         AuditEventRow(
             ts=event.ts,
@@ -128,7 +184,7 @@ def record(session: Session, event: AuditEvent) -> None:
             project_id=event.project_id,
             dataset_id=event.dataset_id,
             target=event.target(),
-            details=event.details(),
+            details=details,
         )
     )
 

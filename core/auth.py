@@ -70,6 +70,28 @@ _RANK = {Role.EDITOR: 1, Role.APPROVER: 2, Role.ADMIN: 3}
 
 
 @dataclass(frozen=True)
+class TokenScope:
+    """How a personal access token (core.tokens) narrows its user's roles; it never raises them.
+
+    ``project_id``: the token works in this project only. ``role``: the effective role is
+    the lower of the user's and this one. ``account_site_admin``: the account's own flag
+    (the acting ``User.site_admin`` is only kept for an unscoped token).
+    """
+
+    token_id: str
+    project_id: str | None = None
+    role: Role | None = None
+    account_site_admin: bool = False
+
+    def narrow(self, project_id: str, held: Role | None) -> Role | None:
+        if self.project_id is not None and project_id != self.project_id:
+            return None
+        if held is None or self.role is None or held.rank <= self.role.rank:
+            return held
+        return self.role
+
+
+@dataclass(frozen=True)
 class User:
     id: int
     username: str
@@ -77,6 +99,8 @@ class User:
     display_name: str | None = None
     site_admin: bool = False
     auth_source: str = "local"
+    # Set when the user acts through an API token: every role check goes through it.
+    scope: TokenScope | None = None
 
     @property
     def label(self) -> str:
@@ -432,12 +456,15 @@ def _raise_membership(s: Session, project_id: str, user: UserRow, role: Role, *,
 
 
 def role_in(catalog: Catalog, user: User, project_id: str) -> Role | None:
-    """The user's role in a project; site admins are admins everywhere."""
-    if user.site_admin:
-        return Role.ADMIN
-    with catalog.session() as s:
-        member = s.get(MembershipRow, (project_id, user.id))
-        return Role(member.role) if member is not None else None
+    """The user's role in a project; site admins are admins everywhere; a token's scope narrows it."""
+    site_admin = user.scope.account_site_admin if user.scope is not None else user.site_admin
+    if site_admin:
+        held: Role | None = Role.ADMIN
+    else:
+        with catalog.session() as s:
+            member = s.get(MembershipRow, (project_id, user.id))
+            held = Role(member.role) if member is not None else None
+    return user.scope.narrow(project_id, held) if user.scope is not None else held
 
 
 def require_role(catalog: Catalog, user: User, project_id: str, needed: Role, *, action: str) -> Role:
@@ -476,12 +503,19 @@ def add_member(catalog: Catalog, project_id: str, username: str, role: str | Rol
 
 
 def memberships(catalog: Catalog, user: User) -> dict[str, Role]:
-    """Project id -> role for every project the user may see."""
+    """Project id -> role for every project the user may see (through a token: as its scope narrows them)."""
+    site_admin = user.scope.account_site_admin if user.scope is not None else user.site_admin
     with catalog.session() as s:
-        if user.site_admin:
-            return {p: Role.ADMIN for p in s.scalars(select(ProjectRow.id))}
-        rows = s.scalars(select(MembershipRow).where(MembershipRow.user_id == user.id))
-        return {m.project_id: Role(m.role) for m in rows}
+        if site_admin:
+            held = {p: Role.ADMIN for p in s.scalars(select(ProjectRow.id))}
+        else:
+            rows = s.scalars(select(MembershipRow).where(MembershipRow.user_id == user.id))
+            held = {m.project_id: Role(m.role) for m in rows}
+    if user.scope is None:
+        return held
+    scope = user.scope
+    narrowed = {p: scope.narrow(p, r) for p, r in held.items()}
+    return {p: r for p, r in narrowed.items() if r is not None}
 
 
 def highest_role(catalog: Catalog, user: User) -> Role | None:

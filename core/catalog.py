@@ -298,6 +298,58 @@ class InboxRow(Base):
     dedup_key: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)
 
 
+# ---------------------------------------------------------------- the HTTP API (core.tokens, api/)
+
+
+class ApiTokenRow(Base):
+    """A personal access token (core.tokens): only its secret's argon2 hash is kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(Integer, ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    secret_hash: Mapped[str] = mapped_column(String(200))
+    # Scopes that narrow the user's roles: only this project, at most this role (NULL: no narrowing).
+    project_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    role: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(63))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class IdempotencyKeyRow(Base):
+    """The first response to a POST sent with an ``Idempotency-Key``, per caller and key."""
+
+    __tablename__ = "api_idempotency_keys"
+
+    principal: Mapped[str] = mapped_column(String(63), primary_key=True)  # the token id
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64))  # method, path and body: a reuse must match
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL while the first call runs
+    body: Mapped[str | None] = mapped_column(Text, nullable=True)
+    headers: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON object (e.g. Location)
+
+
+class OperationRow(Base):
+    """A long operation asked for with ``Prefer: respond-async`` (api/operations.py)."""
+
+    __tablename__ = "api_operations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    token_id: Mapped[str] = mapped_column(String(32))
+    username: Mapped[str] = mapped_column(String(63))
+    state: Mapped[str] = mapped_column(String(16), default="running")  # running | succeeded | failed
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what the synchronous call answers
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON document
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON error document
+
+
 class Catalog:
     """A migrated catalog database and its session factory."""
 

@@ -395,6 +395,25 @@ def check_dependencies(compose: dict[str, Any]) -> None:
         assert any(m.endswith(f":{path}") and m.split(":")[0] in declared for m in mounts), f"{name} data"
 
 
+API_PORT = 8600
+API = "oreo-api"
+
+
+def check_api(compose: dict[str, Any], nginx: str, app_dockerfile: str) -> None:
+    """The HTTP API (issue 15): its image exposes 8600, compose runs `oreo api` there, the proxy routes /api/ to it."""
+    instructions = dockerfile_instructions(app_dockerfile)
+    assert ("EXPOSE", str(API_PORT)) in instructions
+    assert ("COPY", "api ./api") in instructions, "the image must carry the api package"
+    svc = services(compose)[API]
+    command = svc["command"]
+    assert command[:2] == ["oreo", "api"] and command[command.index("--port") + 1] == str(API_PORT)
+    assert command[command.index("--host") + 1] == "0.0.0.0"
+    assert [str(p) for p in svc["expose"]] == [str(API_PORT)]
+    assert f"localhost:{API_PORT}/api/v1/health" in " ".join(svc["healthcheck"]["test"])
+    assert env(svc) == env(services(compose)[APP_REPLICAS[0]]), "the API needs the app's catalog and cluster"
+    assert re.search(rf"location ~ \^/\(api/[^\n]*\n\s*proxy_pass http://{API}:{API_PORT};", nginx)
+
+
 # ---------------------------------------------------------------- the tests
 
 
@@ -427,6 +446,19 @@ def test_connect_server_runs_with_the_engine_confs(docs: dict[str, Any]) -> None
 
 def test_ports_line_up(docs: dict[str, Any]) -> None:
     check_ports(docs["compose"], docs["nginx"], docs["app_dockerfile"], docs["confs"])
+
+
+def test_the_api_is_exposed_run_and_routed(docs: dict[str, Any]) -> None:
+    check_api(docs["compose"], docs["nginx"], docs["app_dockerfile"])
+
+
+def test_api_check_fails_on_a_wrong_port(docs: dict[str, Any]) -> None:
+    broken = copy.deepcopy(docs["compose"])
+    broken["services"][API]["command"] = ["oreo", "api", "--host", "0.0.0.0", "--port", "8601"]
+    with pytest.raises(AssertionError):
+        check_api(broken, docs["nginx"], docs["app_dockerfile"])
+    with pytest.raises(AssertionError):
+        check_api(docs["compose"], docs["nginx"].replace("oreo-api:8600", "oreo-api:9000"), docs["app_dockerfile"])
 
 
 def test_every_replica_gets_the_variables_config_reads(docs: dict[str, Any]) -> None:

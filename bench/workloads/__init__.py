@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from bench._harness import BenchConfig, WorkloadResult
 from bench.workloads import (
+    api_page_read,
     app_start,
     approve,
     concurrent_readers,
@@ -45,4 +46,5 @@ WORKLOADS: dict[str, Workload] = {
     scale_10m.NAME: scale_10m.run,
     concurrent_readers.NAME: concurrent_readers.run,
     streamlit_sessions.NAME: streamlit_sessions.run,
+    api_page_read.NAME: api_page_read.run,
 }

@@ -1,0 +1,1 @@
+"""The HTTP API (``oreo api``): FastAPI over the same core functions as the CLI and the pages."""

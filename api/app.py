@@ -1,0 +1,162 @@
+"""The FastAPI application: ``create_app()`` builds it, ``serve()`` runs it under uvicorn (``oreo api``).
+
+Spark starts in the background when the server starts (core.engine's warm start), so
+``/api/v1/health`` answers at once and tells whether the engine is up, starting or down.
+Every response passes one middleware that times it into ``oreo_api_request_seconds``
+(Prometheus, the default registry served at ``/metrics``) and, for a call made with a
+token, audits an ``api_request`` event naming the token (written in batches, see
+``_CallAudit``); the events that core records during the call carry the token id too
+(``audit.tagged``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import prometheus_client
+from fastapi import FastAPI, Request, Response
+
+from api import errors, routes
+from core import audit, engine
+from core.catalog import open_catalog
+
+logger = logging.getLogger("oreo.api")
+
+REQUEST_SECONDS = prometheus_client.Histogram(
+    "oreo_api_request_seconds",
+    "Time to answer an HTTP API request (until its headers), by route template, method and status.",
+    ["route", "method", "status"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+
+# "0": no warm start (Spark then starts on first use); the page-read benchmark needs only DuckDB.
+WARM_ENGINE_ENV = "OREO_API_WARM_ENGINE"
+
+
+class _CallAudit:
+    """Every API call's ``api_request`` event, written in batches by one thread.
+
+    One catalog transaction per call would serialize concurrent readers on the catalog's
+    write lock (SQLite); batched, 50 concurrent readers cost one small write every
+    ``FLUSH_S``. Whatever is pending is written when the server stops.
+    """
+
+    FLUSH_S = 0.5
+
+    def __init__(self) -> None:
+        self._pending: list[audit.ApiRequest] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, event: audit.ApiRequest) -> None:
+        with self._lock:
+            self._pending.append(event)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="oreo-api-audit", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.flush()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.FLUSH_S):
+            try:
+                self.flush()
+            except Exception:  # the catalog is down: keep the events and try again
+                logger.warning("could not write the API's audit events yet", exc_info=True)
+
+    def flush(self) -> None:
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            with open_catalog().session() as s:
+                for event in batch:
+                    audit.record(s, event)
+        except Exception:
+            with self._lock:
+                self._pending[:0] = batch
+            raise
+
+
+_call_audit = _CallAudit()
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    if os.environ.get(WARM_ENGINE_ENV, "1") != "0":
+        engine.start_in_background()
+    _call_audit.start()
+    try:
+        yield
+    finally:
+        _call_audit.stop()
+
+
+def create_app() -> FastAPI:
+    """The API: ``/api/v1/...``, ``/metrics``, OpenAPI at ``/openapi.json`` and docs at ``/docs``."""
+    app = FastAPI(
+        title="Oreo API",
+        version="1",
+        summary="Review-first editing of Delta Lake tables: the same operations as the oreo CLI.",
+        lifespan=_lifespan,
+    )
+    errors.install(app)
+    app.include_router(routes.router)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
+        return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
+
+    @app.middleware("http")
+    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        tags: dict[str, str] = {}
+        request.state.audit_tags = tags
+        started = time.perf_counter()
+        status = 500
+        try:
+            with audit.tagged(tags):
+                response = await call_next(request)
+            status = response.status_code
+            return response
+        finally:
+            route = request.scope.get("route")
+            template = getattr(route, "path", None) or "-"
+            REQUEST_SECONDS.labels(template, request.method, str(status)).observe(time.perf_counter() - started)
+            if "token_id" in tags:
+                params = request.path_params
+                _call_audit.add(
+                    audit.ApiRequest(
+                        actor=getattr(request.state, "username", None) or "?",
+                        project_id=params.get("project_id"),
+                        dataset_id=params.get("dataset_id"),
+                        method=request.method,
+                        route=template,
+                        status=status,
+                        token_id=tags["token_id"],
+                    )
+                )
+
+    return app
+
+
+def serve(*, host: str = "127.0.0.1", port: int = 8600) -> None:
+    """Run the API under uvicorn until interrupted."""
+    import uvicorn
+
+    open_catalog()  # a bad catalog URL fails here, before the server listens
+    uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=False)

@@ -1,0 +1,100 @@
+"""One JSON error shape for every failure, mapped from the core exception tree by class.
+
+    {"error": {"status": 404, "type": "not_found", "message": "unknown dataset 'x'"}}
+
+No traceback ever reaches a response: anything that is not an ``OreoError`` (a bug or an
+untranslated library error) is logged and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from core.errors import (
+    AlreadyExists,
+    AuthenticationFailed,
+    ConflictError,
+    EngineError,
+    InvalidInput,
+    NotFound,
+    OreoError,
+    PermissionDenied,
+    ValidationFailed,
+)
+
+logger = logging.getLogger("oreo.api")
+
+# Most specific first: the first class an error is an instance of decides.
+_STATUS: tuple[tuple[type[OreoError], int, str], ...] = (
+    (AuthenticationFailed, 401, "unauthenticated"),
+    (PermissionDenied, 403, "permission_denied"),
+    (NotFound, 404, "not_found"),
+    (AlreadyExists, 409, "already_exists"),
+    (ConflictError, 409, "conflict"),
+    (ValidationFailed, 422, "validation_failed"),
+    (InvalidInput, 400, "invalid_input"),
+    (EngineError, 503, "engine_unavailable"),
+)
+_HTTP_TYPES = {400: "invalid_input", 401: "unauthenticated", 404: "not_found", 405: "method_not_allowed"}
+
+
+def error_document(status: int, kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"status": status, "type": kind, "message": message, **extra}}
+
+
+def status_of(exc: OreoError) -> tuple[int, str]:
+    for cls, status, kind in _STATUS:
+        if isinstance(exc, cls):
+            return status, kind
+    return 500, "internal_error"
+
+
+def oreo_error_document(exc: OreoError) -> tuple[int, dict[str, Any]]:
+    """The status and body an ``OreoError`` is answered with (engine errors say only their first line)."""
+    status, kind = status_of(exc)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    extra: dict[str, Any] = {}
+    if isinstance(exc, ValidationFailed) and exc.offending:
+        extra["offending"] = list(exc.offending)
+    if isinstance(exc, InvalidInput) and exc.field:
+        extra["field"] = exc.field
+    if status >= 500:
+        logger.error("request failed: %s", message, exc_info=exc)
+    return status, error_document(status, kind, message, **extra)
+
+
+def error_response(status: int, body: dict[str, Any]) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that turn every exception into the one error shape."""
+
+    @app.exception_handler(OreoError)
+    async def _oreo(request: Request, exc: OreoError) -> JSONResponse:
+        return error_response(*oreo_error_document(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg', 'invalid')}"
+            for e in exc.errors()
+        )
+        return error_response(400, error_document(400, "invalid_input", f"invalid request: {problems}"))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        kind = _HTTP_TYPES.get(exc.status_code, "error")
+        return error_response(exc.status_code, error_document(exc.status_code, kind, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        logger.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+        return error_response(500, error_document(500, "internal_error", "internal error; see the server's log"))

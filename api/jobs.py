@@ -1,0 +1,172 @@
+"""How the API runs a state-changing call: at most once per ``Idempotency-Key``, now or in the background.
+
+* ``Idempotency-Key``: the key row is inserted (primary key: token id + key) before the
+  call acts, so a concurrent retry fails to insert and is told the first is still
+  running; the first response (status, body, headers) is stored and every retry gets it.
+  The same key with another method, path or body is refused. A 5xx answer is not kept,
+  so a retry after the engine is back acts again.
+* ``Prefer: respond-async``: the call runs in a background thread of this process and
+  answers 202 with ``Location: /api/v1/operations/{id}``; the operation's state and result
+  live in the catalog, so any replica can answer a poll.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+
+from api.errors import error_document, oreo_error_document
+from core.auth import User
+from core.catalog import Catalog, IdempotencyKeyRow, OperationRow, utcnow
+from core.documents import dumps, jsonable
+from core.errors import ConflictError, NotFound, OreoError
+
+logger = logging.getLogger("oreo.api")
+
+Work = Callable[[], tuple[int, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def request_hash(method: str, path: str, body: Any) -> str:
+    text = json.dumps([method, path, body], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _principal(user: User) -> str:
+    return user.scope.token_id if user.scope is not None else f"user:{user.username}"
+
+
+def claim_key(catalog: Catalog, user: User, key: str, fingerprint: str) -> Answer | None:
+    """Reserve ``key`` for this call (None), or the stored answer of the call that reserved it first.
+
+    Raises:
+        ConflictError: The first call with this key is still running, or it was sent with
+            another method, path or body.
+    """
+    principal = _principal(user)
+    if not key or len(key) > 200:
+        raise ConflictError("an Idempotency-Key must have 1 to 200 characters")
+    try:
+        with catalog.session() as s:
+            s.add(IdempotencyKeyRow(principal=principal, key=key, request_hash=fingerprint, created_at=utcnow()))
+        return None
+    except IntegrityError:
+        pass
+    with catalog.session() as s:
+        row = s.get(IdempotencyKeyRow, (principal, key))
+        if row is None:  # the first call failed with a 5xx and let the key go: act now
+            s.add(IdempotencyKeyRow(principal=principal, key=key, request_hash=fingerprint, created_at=utcnow()))
+            return None
+        if row.request_hash != fingerprint:
+            raise ConflictError(
+                f"Idempotency-Key {key!r} was already used for a different request; use a new key for a new request"
+            )
+        if row.status is None or row.body is None:
+            raise ConflictError(f"the request with Idempotency-Key {key!r} is still running; retry in a moment")
+        return Answer(row.status, json.loads(row.body), json.loads(row.headers or "{}"))
+
+
+def settle_key(catalog: Catalog, user: User, key: str, answer: Answer | None) -> None:
+    """Store the first call's answer under its key, or (None: it failed on the server's side) let the key go."""
+    principal = _principal(user)
+    with catalog.session() as s:
+        if answer is None:
+            s.execute(
+                delete(IdempotencyKeyRow).where(IdempotencyKeyRow.principal == principal, IdempotencyKeyRow.key == key)
+            )
+            return
+        row = s.get(IdempotencyKeyRow, (principal, key))
+        if row is not None:
+            row.status = answer.status
+            row.body = dumps(answer.body)
+            row.headers = json.dumps(answer.headers)
+
+
+def run_now(work: Work) -> Answer:
+    """Run ``work`` here: its answer, or an ``OreoError``'s error answer."""
+    try:
+        status, body = work()
+        return Answer(status, jsonable(body), {})
+    except OreoError as exc:
+        status, body = oreo_error_document(exc)
+        return Answer(status, body, {})
+
+
+# ---------------------------------------------------------------- async operations
+
+_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="oreo-api-operation")
+
+
+def start_operation(catalog: Catalog, user: User, kind: str, work: Work) -> Answer:
+    """Record an operation, run ``work`` in the background, and answer 202 with where to poll."""
+    op_id = secrets.token_hex(12)
+    with catalog.session() as s:
+        s.add(
+            OperationRow(
+                id=op_id,
+                kind=kind,
+                token_id=_principal(user),
+                username=user.username,
+                state="running",
+                created_at=utcnow(),
+            )
+        )
+    context = contextvars.copy_context()  # the audit tags (token id) go along into the thread
+    _executor.submit(context.run, _run_operation, catalog, op_id, work)
+    location = f"/api/v1/operations/{op_id}"
+    return Answer(202, {"id": op_id, "kind": kind, "state": "running"}, {"Location": location})
+
+
+def _run_operation(catalog: Catalog, op_id: str, work: Work) -> None:
+    try:
+        answer = run_now(work)
+    except Exception as exc:  # a bug: the operation still ends, with a generic error
+        logger.error("operation %s failed", op_id, exc_info=exc)
+        answer = Answer(500, error_document(500, "internal_error", "internal error; see the server's log"), {})
+    with catalog.session() as s:
+        row = s.get(OperationRow, op_id)
+        if row is None:
+            return
+        row.finished_at = utcnow()
+        row.status = answer.status
+        if answer.status < 400:
+            row.state, row.result = "succeeded", dumps(answer.body)
+        else:
+            row.state, row.error = "failed", dumps(answer.body["error"])
+
+
+def operation_document(catalog: Catalog, op_id: str, user: User) -> dict[str, Any]:
+    """An operation as polled: ``{"id", "kind", "state", "status", "result"?, "error"?}`` (its caller's only)."""
+    with catalog.session() as s:
+        row = s.scalar(select(OperationRow).where(OperationRow.id == op_id))
+        if row is None or (row.token_id != _principal(user) and row.username != user.username and not user.site_admin):
+            raise NotFound(f"unknown operation {op_id!r}", kind="operation", ident=op_id)
+        doc: dict[str, Any] = {
+            "id": row.id,
+            "kind": row.kind,
+            "state": row.state,
+            "created_at": row.created_at,
+            "finished_at": row.finished_at,
+            "status": row.status,
+        }
+        if row.result is not None:
+            doc["result"] = json.loads(row.result)
+        if row.error is not None:
+            doc["error"] = json.loads(row.error)
+        return doc

@@ -1,0 +1,559 @@
+"""The ``/api/v1`` resources. Each endpoint checks its input's shape, calls the core function the
+CLI calls, and answers with the CLI's ``--json`` document (``core.documents``).
+
+Endpoints are plain ``def``s: FastAPI runs them in its thread pool, as core is blocking.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
+
+from api import jobs
+from core import (
+    auth,
+    change_requests,
+    datasets,
+    documents,
+    engine,
+    history,
+    imports,
+    maintenance,
+    merge,
+    projects,
+    sessions,
+    tokens,
+)
+from core.catalog import Catalog, open_catalog
+from core.errors import AuthenticationFailed, InvalidInput
+from core.filters import parse_where
+
+router = APIRouter(prefix="/api/v1")
+_bearer = HTTPBearer(auto_error=False, description="A personal access token from `oreo token create`.")
+
+
+def _catalog() -> Catalog:
+    return open_catalog()
+
+
+def caller(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> auth.User:
+    """The user the request's bearer token acts as (with the token's scope); its id goes into the audit log."""
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials.strip():
+        raise AuthenticationFailed(
+            "missing 'Authorization: Bearer <token>' header; create a token with `oreo token create`"
+        )
+    user = tokens.authenticate_token(_catalog(), credentials.credentials)
+    request.state.username = user.username
+    tags = getattr(request.state, "audit_tags", None)
+    if tags is not None and user.scope is not None:
+        tags["token_id"] = user.scope.token_id
+    return user
+
+
+Caller = Annotated[auth.User, Depends(caller)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _document(doc: dict[str, Any], status: int = 200) -> Response:
+    """A CLI document as the response body, encoded once (``core.documents.dumps``: strict JSON)."""
+    return Response(documents.dumps(doc), status_code=status, media_type="application/json")
+
+
+def _respond(answer: jobs.Answer, *, replayed: bool = False) -> JSONResponse:
+    headers = dict(answer.headers)
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return JSONResponse(answer.body, status_code=answer.status, headers=headers or None)
+
+
+def _act(request: Request, user: auth.User, kind: str, body: Any, work: jobs.Work, *, can_async: bool) -> JSONResponse:
+    """Run a state-changing call: once per ``Idempotency-Key``, and in the background if asked and allowed."""
+    catalog = _catalog()
+    key = request.headers.get("Idempotency-Key")
+    if key is not None:
+        stored = jobs.claim_key(catalog, user, key, jobs.request_hash(request.method, request.url.path, body))
+        if stored is not None:
+            return _respond(stored, replayed=True)
+    try:
+        if can_async and "respond-async" in request.headers.get("Prefer", "").lower():
+            answer = jobs.start_operation(catalog, user, kind, work)
+        else:
+            answer = jobs.run_now(work)
+    except BaseException:
+        if key is not None:
+            jobs.settle_key(catalog, user, key, None)
+        raise
+    if key is not None:
+        jobs.settle_key(catalog, user, key, answer if answer.status < 500 else None)
+    return _respond(answer)
+
+
+def _session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
+    info = sessions.get_session(catalog, session_id, actor=actor)
+    if (info.project_id, info.dataset_id) != (project_id, dataset_id):
+        raise InvalidInput(
+            f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}",
+            field="session_id",
+        )
+
+
+# ---------------------------------------------------------------- health and operations
+
+
+_ENGINE_STATES = {"ready": "up", "starting": "starting"}
+
+
+@router.get("/health", tags=["service"])
+def health() -> dict[str, str]:
+    """Liveness, and whether the Spark engine is up, starting or down (no token needed)."""
+    return {"status": "ok", "engine": _ENGINE_STATES.get(engine.engine_status().state, "down")}
+
+
+@router.get("/operations/{op_id}", tags=["service"])
+def operation(op_id: str, user: Caller) -> dict[str, Any]:
+    """A long operation started with ``Prefer: respond-async``: running, succeeded (with its result) or failed."""
+    return jobs.operation_document(_catalog(), op_id, user)
+
+
+# ---------------------------------------------------------------- projects and datasets
+
+
+@router.get("/projects", tags=["datasets"])
+def project_list(user: Caller) -> dict[str, Any]:
+    return {"projects": [documents.project_doc(p) for p in projects.list_projects(_catalog(), user)]}
+
+
+@router.get("/projects/{project_id}/datasets", tags=["datasets"])
+def dataset_list(project_id: str, user: Caller) -> dict[str, Any]:
+    found = datasets.list_datasets(_catalog(), actor=user, project_id=project_id)
+    return {"datasets": [documents.dataset_doc(i) for i in found]}
+
+
+@router.post("/projects/{project_id}/datasets", tags=["datasets"], status_code=201)
+def dataset_create(
+    project_id: str,
+    user: Caller,
+    dataset_id: Annotated[str, Form(description="The new dataset's id")],
+    file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
+    key: Annotated[str | None, Form(description="Column whose values become row_id")] = None,
+    sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
+) -> Response:
+    """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
+    with imports.saved_upload(file.file, file.filename or "upload") as source:
+        info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
+    return _document(documents.dataset_doc(info), 201)
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
+def dataset_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+    info = datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)
+    return documents.dataset_show_doc(info, datasets.dataset_columns(info))
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/rows", tags=["datasets"])
+def dataset_rows(
+    project_id: str,
+    dataset_id: str,
+    user: Caller,
+    limit: int = 50,
+    offset: int = 0,
+    version: int | None = None,
+    order_by: str | None = None,
+    desc: bool = False,
+    where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
+    session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
+) -> Response:
+    """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
+    catalog = _catalog()
+    conditions = [parse_where(text) for text in where or []]
+    if session_id is not None:
+        if version is not None:
+            raise InvalidInput("session_id shows pending edits over the latest version; drop version", field="version")
+        _session_on(catalog, session_id, project_id, dataset_id, user)
+        page: Any = sessions.overlay_page(
+            catalog, session_id, actor=user, conditions=conditions, order_by=order_by, descending=desc,
+            limit=limit, offset=offset,
+        )  # fmt: skip
+    else:
+        page = datasets.dataset_rows(
+            catalog, project_id, dataset_id, actor=user, version=version, conditions=conditions, order_by=order_by,
+            descending=desc, limit=limit, offset=offset,
+        )  # fmt: skip
+    return _document(documents.rows_doc(page))
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])
+def rules_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+    """The dataset's ExpectationSuite (GX JSON)."""
+    return datasets.dataset_rules(_catalog(), project_id, dataset_id, actor=user)
+
+
+# ---------------------------------------------------------------- sessions and edits
+
+
+class SetCell(_Body):
+    row_id: str
+    column: str
+    value: Any = None
+
+
+class EditsBody(_Body):
+    session_id: str | None = None
+    set: list[SetCell] = Field(default_factory=list)
+    delete_rows: list[str] = Field(default_factory=list)
+    add_rows: list[dict[str, Any]] = Field(default_factory=list)
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])
+def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dict[str, Any]:
+    """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one)."""
+    ops: list[sessions.EditOp] = [sessions.SetCell(c.row_id, c.column, c.value) for c in body.set]
+    ops += [sessions.DeleteRow(r) for r in body.delete_rows]
+    ops += [sessions.AddRow(r) for r in body.add_rows]
+    if not ops:  # refused before a session is opened, so a refused edit leaves nothing behind
+        raise InvalidInput("no edits given; send set, delete_rows or add_rows", field="edits")
+    catalog = _catalog()
+    session_id = body.session_id
+    if session_id is None:
+        session_id = sessions.open_session(catalog, project_id, dataset_id, actor=user).session_id
+    else:
+        _session_on(catalog, session_id, project_id, dataset_id, user)
+    count = sessions.apply_edits(catalog, session_id, ops, actor=user)
+    return documents.edit_doc(session_id, count)
+
+
+@router.get("/sessions/{session_id}", tags=["sessions"])
+def session_show(session_id: str, user: Caller) -> Response:
+    info = sessions.get_session(_catalog(), session_id, actor=user)
+    edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
+    return _document(documents.session_doc(info, edits))
+
+
+# ---------------------------------------------------------------- change requests
+
+
+class SubmitBody(_Body):
+    session_id: str
+    title: str | None = None
+    description: str = ""
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/change-requests", tags=["change requests"], status_code=201)
+def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Request, user: Caller) -> JSONResponse:
+    """Submit a session's edits as a change request (staged, then validated)."""
+    catalog = _catalog()
+
+    def work() -> tuple[int, dict[str, Any]]:
+        _session_on(catalog, body.session_id, project_id, dataset_id, user)
+        cr = change_requests.submit_change_request(
+            catalog, body.session_id, actor=user, title=body.title, description=body.description
+        )
+        return 201, documents.submit_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
+
+    return _act(request, user, "submit", body.model_dump(), work, can_async=False)
+
+
+@router.get("/change-requests", tags=["change requests"])
+def cr_list(
+    user: Caller,
+    project: str | None = None,
+    dataset: str | None = None,
+    state: change_requests.CRState | None = None,
+) -> Response:
+    if (project is None) != (dataset is None):
+        raise InvalidInput("give both project and dataset, or neither", field="project")
+    found = change_requests.list_change_requests(
+        _catalog(), actor=user, project_id=project, dataset_id=dataset, state=state
+    )
+    return _document({"change_requests": [documents.cr_doc(c) for c in found]})
+
+
+@router.get("/change-requests/{cr_id}", tags=["change requests"])
+def cr_show(
+    cr_id: str,
+    user: Caller,
+    limit: int = 10_000,
+    offset: int = 0,
+    rows: bool = False,
+    kind: Annotated[list[str] | None, Query(description="With rows: only insert, update and/or delete")] = None,
+    column: Annotated[list[str] | None, Query(description="With rows: only rows changing these columns")] = None,
+) -> Response:
+    """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too)."""
+    catalog = _catalog()
+    cr = change_requests.get_change_request(catalog, cr_id, actor=user)
+    page = change_requests.diff_change_request(catalog, cr_id, actor=user, limit=limit, offset=offset)
+    doc = documents.cr_show_doc(
+        cr,
+        changes=page.changes,
+        total=page.total,
+        run=change_requests.validation_for(catalog, cr_id, actor=user),
+        conflicts=merge.find_conflicts(catalog, cr_id, actor=user),
+        thread=change_requests.comments(catalog, cr_id, actor=user),
+        revisions=change_requests.revisions(catalog, cr_id, actor=user),
+        states=change_requests.state_history(catalog, cr_id, actor=user),
+    )
+    if rows:
+        row_page = change_requests.row_diff_change_request(
+            catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset
+        )
+        doc.update(documents.row_diff_doc(row_page))
+    return _document(doc)
+
+
+class ApproveBody(_Body):
+    comment: str | None = None
+
+
+@router.post("/change-requests/{cr_id}/approve", tags=["change requests"])
+def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> JSONResponse:
+    """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
+    comment = body.comment if body is not None else None
+    catalog = _catalog()
+
+    def work() -> tuple[int, dict[str, Any]]:
+        return 200, documents.approve_doc(merge.approve_change_request(catalog, cr_id, actor=user, comment=comment))
+
+    return _act(request, user, "approve", {"comment": comment}, work, can_async=True)
+
+
+class ReasonBody(_Body):
+    reason: str
+
+
+@router.post("/change-requests/{cr_id}/reject", tags=["change requests"])
+def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+    cr = change_requests.reject_change_request(_catalog(), cr_id, actor=user, reason=body.reason)
+    return documents.state_doc(cr)
+
+
+@router.post("/change-requests/{cr_id}/withdraw", tags=["change requests"])
+def cr_withdraw(cr_id: str, user: Caller) -> dict[str, Any]:
+    return documents.state_doc(change_requests.withdraw_change_request(_catalog(), cr_id, actor=user))
+
+
+@router.post("/change-requests/{cr_id}/request-changes", tags=["change requests"])
+def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+    cr = change_requests.request_changes(_catalog(), cr_id, body.reason, actor=user)
+    return {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision}
+
+
+@router.post("/change-requests/{cr_id}/revise", tags=["change requests"])
+def cr_revise(cr_id: str, user: Caller) -> Response:
+    catalog = _catalog()
+    cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
+    return _document(
+        documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
+    )
+
+
+class CommentBody(_Body):
+    text: str
+    row_id: str | None = None
+    column: str | None = None
+
+
+@router.post("/change-requests/{cr_id}/comments", tags=["change requests"], status_code=201)
+def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
+    """Comment on a change request, or on one cell of its diff (row_id and column)."""
+    comment = change_requests.add_comment(
+        _catalog(), cr_id, body.text, actor=user, row_id=body.row_id, column=body.column
+    )
+    return _document(documents.comment_doc(cr_id, comment), 201)
+
+
+# ---------------------------------------------------------------- history
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/history", tags=["history"])
+def history_list(
+    project_id: str,
+    dataset_id: str,
+    user: Caller,
+    limit: int | None = None,
+    offset: int = 0,
+    hide_maintenance: bool = False,
+) -> Response:
+    """The versions of the dataset's main table, newest first."""
+    page = history.table_history(
+        _catalog(), project_id, dataset_id, actor=user, limit=limit, offset=offset, hide_maintenance=hide_maintenance
+    )
+    return _document(documents.history_doc(page))
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/diff", tags=["history"])
+def version_diff(
+    project_id: str,
+    dataset_id: str,
+    user: Caller,
+    from_version: Annotated[int, Query(alias="from")],
+    to_version: Annotated[int, Query(alias="to")],
+    limit: int = 100,
+    offset: int = 0,
+) -> Response:
+    """The cell-level changes between two versions."""
+    result = history.diff_versions(
+        _catalog(), project_id, dataset_id, from_version, to_version, actor=user, limit=limit, offset=offset
+    )
+    return _document(documents.version_diff_doc(result))
+
+
+class RestoreBody(_Body):
+    version: int
+    reason: str
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"])
+def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> JSONResponse:
+    """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
+    catalog = _catalog()
+
+    def work() -> tuple[int, dict[str, Any]]:
+        result = history.restore_version(catalog, project_id, dataset_id, body.version, actor=user, reason=body.reason)
+        return 200, documents.restore_doc(result)
+
+    return _act(request, user, "restore", body.model_dump(), work, can_async=True)
+
+
+@router.get(
+    "/projects/{project_id}/datasets/{dataset_id}/export",
+    tags=["history"],
+    response_class=FileResponse,
+    responses={200: {"content": {"application/vnd.apache.parquet": {}, "text/csv": {}}}},
+)
+def export(
+    project_id: str,
+    dataset_id: str,
+    user: Caller,
+    version: int | None = None,
+    format: Literal["parquet", "csv"] = "parquet",  # the issue names the parameter
+) -> FileResponse:
+    """Every column of a version as one Parquet or CSV file, streamed from disk (constant memory)."""
+    folder = Path(tempfile.mkdtemp(prefix="oreo-export-"))
+    try:
+        name = f"{project_id}-{dataset_id}.{format}"
+        result = history.export_version(_catalog(), project_id, dataset_id, folder / name, actor=user, version=version)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return FileResponse(
+        result.path,
+        media_type="application/vnd.apache.parquet" if format == "parquet" else "text/csv",
+        filename=f"{project_id}-{dataset_id}-v{result.version}.{format}",
+        headers={"X-Oreo-Version": str(result.version), "X-Oreo-Rows": str(result.rows)},
+        background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
+    )
+
+
+# ---------------------------------------------------------------- imports and maintenance
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201)
+def import_file(
+    project_id: str,
+    dataset_id: str,
+    request: Request,
+    user: Caller,
+    file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
+    path: Annotated[str | None, Form(description="Instead of file: a file on the server (admins)")] = None,
+    mode: Annotated[str, Form()] = "append",
+    key: Annotated[str | None, Form()] = None,
+    sheet: Annotated[str | None, Form()] = None,
+    title: Annotated[str | None, Form()] = None,
+) -> JSONResponse:
+    """Import a file as a change request (multipart upload, or ``path`` on the server for admins)."""
+    catalog = _catalog()
+    if (file is None) == (path is None):
+        raise InvalidInput("send exactly one of file (a multipart upload) or path (a file on the server)", field="file")
+    stack = ExitStack()
+    if file is not None:
+        source = stack.enter_context(imports.saved_upload(file.file, file.filename or "upload"))
+        fingerprint: Any = {"file": _file_digest(source)}
+    else:
+        auth.require_role(catalog, user, project_id, auth.Role.ADMIN, action="import a file from the server's disk")
+        source = Path(str(path))
+        fingerprint = {"path": str(path)}
+    fingerprint.update(mode=mode, key=key, sheet=sheet, title=title)
+
+    def work() -> tuple[int, dict[str, Any]]:
+        try:
+            cr, plan = imports.import_file(
+                catalog, project_id, dataset_id, source, actor=user, mode=mode, key=key, sheet=sheet, title=title
+            )
+            run = change_requests.validation_for(catalog, cr.id, actor=user)
+            doc = {
+                **documents.submit_doc(cr, run),
+                "schema_changes": [c.to_json() for c in plan.schema_changes],
+            }
+            return 201, doc
+        finally:
+            stack.close()
+
+    try:
+        response = _act(request, user, "import", fingerprint, work, can_async=True)
+    except BaseException:
+        stack.close()
+        raise
+    if response.status_code != 202 or "Idempotent-Replayed" in response.headers:
+        stack.close()  # the work ran (and closed it) or never will; a fresh 202's work closes it when done
+    return response
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class MaintenanceBody(_Body):
+    optimize: bool = False
+    zorder: list[str] | None = None
+    vacuum: bool = False
+    retain_hours: float | None = None
+    force: bool = False
+    checkpoint: bool = False
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"])
+def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> JSONResponse:
+    """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
+    if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):
+        raise InvalidInput("nothing to do: choose at least one of optimize, zorder, vacuum, checkpoint")
+    catalog = _catalog()
+
+    def work() -> tuple[int, dict[str, Any]]:
+        report = maintenance.maintain(
+            catalog, project_id, dataset_id, actor=user, optimize=body.optimize, zorder=body.zorder,
+            vacuum=body.vacuum, retain_hours=body.retain_hours, force=body.force, checkpoint=body.checkpoint,
+        )  # fmt: skip
+        return 200, report
+
+    return _act(request, user, "maintenance", body.model_dump(), work, can_async=True)
+
+
+class CleanupBody(_Body):
+    ttl_hours: float | None = None
+    dry_run: bool = False
+
+
+@router.post("/cleanup", tags=["maintenance"])
+def cleanup(body: CleanupBody, user: Caller) -> Response:
+    """Remove expired sessions, staging tables of closed requests and orphan imports."""
+    report = maintenance.cleanup(_catalog(), actor=user, ttl_hours=body.ttl_hours, dry_run=body.dry_run)
+    return _document(report)

@@ -1,0 +1,244 @@
+"""The JSON documents of core records, shared by the CLI's ``--json`` output and the HTTP API.
+
+One builder per document, so ``oreo --json cr show`` and ``GET /api/v1/change-requests/{id}``
+cannot drift apart. Values may still be datetimes, Decimals or numpy scalars: ``dumps``
+(or ``jsonable``) turns them into strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from core import change_requests, datasets, diff, history, merge, projects, reads, sessions, validation
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return str(value)
+
+
+_NON_FINITE_TEXT = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def strict_json(value: Any) -> Any:
+    """``value`` with every NaN and ±Infinity float as the string "NaN", "Infinity" or "-Infinity".
+
+    Strict JSON has no such numbers; ``json.dumps`` would print bare ``NaN``/``Infinity``.
+    """
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE_TEXT[str(value)]
+    return value
+
+
+def dumps(document: Any, *, indent: int | None = None) -> str:
+    """One strict JSON document (``allow_nan=False``: a bare NaN would be a bug, not output)."""
+    return json.dumps(strict_json(document), default=_jsonable, indent=indent, allow_nan=False)
+
+
+def jsonable(document: Any) -> Any:
+    """``document`` as plain JSON values (what ``dumps`` prints, parsed back)."""
+    return json.loads(dumps(document))
+
+
+def records(frame: Any) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts (NaN/NaT become null)."""
+    clean = frame.astype(object).where(frame.notna(), None)
+    return [dict(r) for r in clean.to_dict("records")]
+
+
+# ---------------------------------------------------------------- projects and datasets
+
+
+def project_doc(project: projects.Project) -> dict[str, Any]:
+    return {"project": project.id, "name": project.name}
+
+
+def dataset_doc(info: datasets.DatasetInfo) -> dict[str, Any]:
+    return {
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "version": info.version,
+        "rows": info.rows,
+        "key": info.key_column,
+        "last_commit_id": info.last_commit_id,
+        "last_commit_at": info.last_commit_at,
+        "path": info.path,
+    }
+
+
+def dataset_show_doc(info: datasets.DatasetInfo, columns: list[reads.Column]) -> dict[str, Any]:
+    return {
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "version": info.version,
+        "rows": info.rows,
+        "columns": [{"name": c.name, "type": c.type} for c in columns],
+        "last_commit_id": info.last_commit_id,
+        "path": info.path,
+    }
+
+
+def rows_doc(page: Any) -> dict[str, Any]:
+    """A page of rows (``reads.Page`` or a session overlay's page)."""
+    return {"rows": records(page.rows), "total": page.total}
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def edit_doc(session_id: str, edits: int) -> dict[str, Any]:
+    return {"session_id": session_id, "edits": edits}
+
+
+def session_doc(info: sessions.SessionInfo, edits: list[sessions.CellEdit]) -> dict[str, Any]:
+    return {
+        "session_id": info.session_id,
+        "owner": info.owner,
+        "project": info.project_id,
+        "dataset": info.dataset_id,
+        "base_version": info.base_version,
+        "edits": [
+            {
+                "row_id": e.row_id,
+                "column": e.column,
+                "old_value": e.old_value,
+                "new_value": e.new_value,
+                "change": e.change,
+            }
+            for e in edits
+        ],
+    }
+
+
+# ---------------------------------------------------------------- change requests
+
+
+def cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
+    return {
+        "cr_id": cr.id,
+        "state": cr.state.value,
+        "project": cr.project_id,
+        "dataset": cr.dataset_id,
+        "author": cr.author,
+        "title": cr.title,
+        "base_version": cr.base_version,
+        "rows": cr.rows,
+        "cells": cr.cells,
+        "validation_status": cr.validation_status,
+        "created_at": cr.created_at,
+        "closed_at": cr.closed_at,
+        "closed_by": cr.closed_by,
+        "merged_version": cr.merged_version,
+        "kind": cr.kind,
+        "schema_changes": [c.to_json() for c in cr.schema_changes],
+        "stages": [t.to_json() for t in cr.stages],
+        "revision": cr.revision,
+    }
+
+
+def validation_doc(run: validation.ValidationRun | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "failures": [
+            {"expectation": f.expectation, "severity": f.severity, "column": f.column, "unexpected": f.unexpected_count}
+            for f in run.failures
+        ],
+    }
+
+
+def submit_doc(cr: change_requests.ChangeRequest, run: validation.ValidationRun | None) -> dict[str, Any]:
+    return {"cr_id": cr.id, "state": cr.state.value, "validation": validation_doc(run)}
+
+
+def cr_show_doc(
+    cr: change_requests.ChangeRequest,
+    *,
+    changes: list[Any],
+    total: int,
+    run: validation.ValidationRun | None,
+    conflicts: list[merge.Conflict],
+    thread: list[change_requests.Comment],
+    revisions: list[change_requests.Revision],
+    states: list[change_requests.StateChange],
+) -> dict[str, Any]:
+    return {
+        **cr_doc(cr),
+        "changes": [c.to_json() for c in changes],
+        "total": total,
+        "validation": validation_doc(run),
+        "conflicts": [c.to_json() for c in conflicts],
+        "thread": [c.to_json() for c in thread],
+        "revisions": [r.to_json() for r in revisions],
+        "state_history": [h.to_json() for h in states],
+    }
+
+
+def row_diff_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None = None) -> dict[str, Any]:
+    """The key a row-shaped diff adds to a document: ``row_diff`` (its other keys stay as they are)."""
+    doc = page.to_json()
+    if exported is not None:
+        doc["export"] = {"path": str(exported[0]), "rows": exported[1]}
+    return {"row_diff": doc}
+
+
+def approve_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
+    return {"cr_id": cr.id, "state": cr.state.value, "version": cr.merged_version}
+
+
+def state_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
+    """Reject and withdraw: the request and its new state."""
+    return {"cr_id": cr.id, "state": cr.state.value}
+
+
+def comment_doc(cr_id: str, comment: change_requests.Comment) -> dict[str, Any]:
+    return {"cr_id": cr_id, "comment": comment.to_json()}
+
+
+def revise_doc(cr: change_requests.ChangeRequest, run: validation.ValidationRun | None) -> dict[str, Any]:
+    return {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision, "validation": validation_doc(run)}
+
+
+# ---------------------------------------------------------------- history
+
+
+def history_doc(page: history.HistoryPage) -> dict[str, Any]:
+    return {"versions": [v.to_json() for v in page.versions], "total": page.total}
+
+
+def version_diff_doc(result: history.VersionDiff) -> dict[str, Any]:
+    return {
+        "changes": [c.to_json() for c in result.changes],
+        "total": result.total,
+        "rows_inserted": result.rows_inserted,
+        "rows_updated": result.rows_updated,
+        "rows_deleted": result.rows_deleted,
+        "source": result.source,
+    }
+
+
+def restore_doc(result: history.RestoreResult) -> dict[str, Any]:
+    return {"version": result.version, "restored_to": result.restored_to}

@@ -3,7 +3,10 @@
 Approval runs, in order:
 
 1. checks: the request is open, the approver is an approver of the project and is not
-   its author (four-eyes, whatever their role);
+   its author (four-eyes, whatever their role). The one exception is a project admin's
+   import submitted with its review skipped (``core.imports.import_file(review=False)``),
+   which ``merge_unreviewed_import`` merges at once with the admin as the merger; steps
+   2 to 5 are the same;
 2. **conflicts**: cells the request changes that a commit after its ``base_version``
    changed too, read from ``main``'s change data feed. Any conflict blocks approval;
 3. **validation**: the GX suite against what ``main`` would become (``core.validation``);

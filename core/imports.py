@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import select
 
-from core import audit, engine, reads, schema
+from core import audit, engine, reads, schema, validation
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, utcnow
 from core.change_requests import (
@@ -696,7 +696,7 @@ def submit_import(
     commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
     report(0.1, f"Staging {upload.rows:,} rows with Spark")
     _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
-    run = None
+    run: validation.ValidationRun | None = None
     try:
         given = sum(1 for c in plan.columns if c.status != "absent")
         counts = _staged_counts(staging, given)
@@ -765,8 +765,8 @@ def _default_title(plan: ImportPlan) -> str:
     return f"Import {upload.file_name} into {target}"
 
 
-def _refuse_blocking(run: Any, upload: Upload) -> None:
-    """Refuse a direct commit whose staged rows fail a critical expectation (``run``: a ValidationRun)."""
+def _refuse_blocking(run: validation.ValidationRun, upload: Upload) -> None:
+    """Refuse a direct commit whose staged rows fail a critical expectation."""
     if run.blocking:
         failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
         raise ValidationFailed(

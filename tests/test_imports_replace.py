@@ -308,9 +308,6 @@ def test_only_a_project_admin_commits_without_review_and_nothing_is_written(
         imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, who), review=False)
 
     _assert_nothing_left(catalog)
-    assert not layout_for("demo", "people").imports_root.exists() or not [
-        p for p in layout_for("demo", "people").imports_root.iterdir() if (p / "raw.csv").exists()
-    ]
 
 
 def test_a_critical_check_failure_refuses_a_direct_commit(catalog: Catalog, tmp_path: Path) -> None:
@@ -395,7 +392,7 @@ def test_cli_append_help_names_the_replace_mode_and_no_review(capsys: pytest.Cap
     result = run(capsys, "append", "--help")
 
     assert result.code == 0
-    flat = " ".join(result.out.split())
+    flat = " ".join(result.out.replace("│", " ").split())  # the help's box, unwrapped
     assert "replace: the file becomes the table's whole content" in flat
     assert "--no-review" in flat and "Project admins only" in flat
 

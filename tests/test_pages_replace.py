@@ -82,8 +82,8 @@ def _upload_replacement(username: str = "erin") -> AppTest:
 def test_the_import_page_offers_replace_explains_it_and_warns_of_deletions(workspace: Catalog) -> None:
     at = _upload_replacement()
     mode = at.radio(key="import_mode")
-    assert list(mode.options) == ["append", "upsert", "replace"]
-    assert "the file becomes the table's whole content: rows it lacks are deleted" in str(mode.proto)
+    assert list(mode.options) == ["Append", "Upsert", "Replace"]
+    assert list(mode.proto.captions)[2] == "the file becomes the table's whole content: rows it lacks are deleted"
 
     mode.set_value("replace").run(timeout=300)
 
@@ -112,7 +112,8 @@ def test_an_append_or_upsert_shows_no_deletion_warning(workspace: Catalog) -> No
     at.radio(key="import_mode").set_value("upsert").run(timeout=300)
 
     assert not at.warning
-    assert not has_text(at.caption, "replace")
+    assert not has_text(at.caption, "will replace the table's content")
+    assert not has_text(at.caption, "Rows are matched by the dataset's key")
 
 
 def test_review_shows_the_replace_banner_over_the_deleted_updated_and_added_rows(

@@ -269,7 +269,7 @@ def show_upload(upload: imports.Upload) -> None:
         elif plan.mode == "upsert":
             what = f"{rows} will update the rows of `{choice}` with the same **{plan.key}**, or be added"
         else:
-            what = plan.describe()
+            what = f"{plan.describe()},"
         st.caption(f"{what} once an approver merges the request.{changes}")
         if plan.mode == "replace" and plan.deletes:
             which = f"whose **{plan.key}** is not in the file" if plan.key else "(there is no key to match rows by)"

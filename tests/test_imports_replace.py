@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core import audit, datasets, engine, imports, merge, reads
+from core import audit, datasets, engine, imports, merge, reads, sessions
 from core import change_requests as crs
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
 from core.config import get_settings
 from core.datasets import create_dataset, layout_for
-from core.errors import InvalidFile, InvalidInput, PermissionDenied, ValidationFailed
+from core.errors import ConflictError, InvalidFile, InvalidInput, PermissionDenied, ValidationFailed
 from core.projects import create_project
 from tests.merge_support import fresh_copy, switch
 
@@ -327,6 +327,34 @@ def test_a_critical_check_failure_refuses_a_direct_commit(catalog: Catalog, tmp_
         imports.import_file(catalog, "demo", "people", source, actor=ada, review=False)
 
     _assert_nothing_left(catalog)
+    assert _events(catalog, imports.ImportCommittedWithoutReview.name) == []
+
+
+def test_a_direct_commit_that_conflicts_is_withdrawn_with_nothing_merged(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ada, ed = get_user(catalog, "ada"), get_user(catalog, "ed")
+    session = sessions.open_session(catalog, "demo", "people", actor=ed)
+    sessions.apply_edits(catalog, session.session_id, [sessions.SetCell("2", "name", "by hand")], actor=ed)
+    edit = crs.submit_change_request(catalog, session.session_id, actor=ed)
+    direct = merge.merge_unreviewed_import
+
+    def after_an_edit_lands(*args: Any, **kwargs: Any) -> crs.ChangeRequest:
+        _approve(catalog, edit)  # lands between the direct commit's staging and its MERGE
+        return direct(*args, **kwargs)
+
+    monkeypatch.setattr(merge, "merge_unreviewed_import", after_an_edit_lands)
+    source = _file(tmp_path, "fix.csv", "id,name,age\n2,from file,22\n")
+
+    with pytest.raises(ConflictError, match=r"2\.name"):
+        imports.import_file(catalog, "demo", "people", source, actor=ada, mode="upsert", key="id", review=False)
+
+    assert _commits("people")[1:] == [(1, "MERGE")]  # the edit's only
+    assert _rows("people")["2"]["name"] == "by hand"
+    [record] = [c for c in crs.list_change_requests(catalog, actor=ada) if c.kind == "import"]
+    assert (record.state, record.closed_by) == (crs.CRState.WITHDRAWN, "ada")
+    assert not layout_for("demo", "people").staging(record.id).exists()
+    assert not layout_for("demo", "people").upload(str(record.upload_id)).exists()
     assert _events(catalog, imports.ImportCommittedWithoutReview.name) == []
 
 

@@ -306,6 +306,7 @@ def cr_show(
         thread=change_requests.comments(catalog, cr_id, actor=user),
         revisions=change_requests.revisions(catalog, cr_id, actor=user),
         states=change_requests.state_history(catalog, cr_id, actor=user),
+        imported=imports.import_summary(catalog, cr_id, actor=user),
     )
     if rows:
         row_page = change_requests.row_diff_change_request(
@@ -470,10 +471,11 @@ def import_file(
     user: Caller,
     file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
     path: Annotated[str | None, Form(description="Instead of file: a file on the server (admins)")] = None,
-    mode: Annotated[str, Form()] = "append",
+    mode: Annotated[str, Form(description="append, upsert or replace (seed 000's overwrite)")] = "append",
     key: Annotated[str | None, Form()] = None,
     sheet: Annotated[str | None, Form()] = None,
     title: Annotated[str | None, Form()] = None,
+    review: Annotated[bool, Query(description="false: an admin's direct commit, merged at once and audited")] = True,
 ) -> JSONResponse:
     """Import a file as a change request (multipart upload, or ``path`` on the server for admins)."""
     catalog = _catalog()
@@ -487,19 +489,17 @@ def import_file(
         auth.require_role(catalog, user, project_id, auth.Role.ADMIN, action="import a file from the server's disk")
         source = Path(str(path))
         fingerprint = {"path": str(path)}
-    fingerprint.update(mode=mode, key=key, sheet=sheet, title=title)
+    fingerprint.update(mode=mode, key=key, sheet=sheet, title=title, review=review)
 
     def work() -> tuple[int, dict[str, Any]]:
         try:
             cr, plan = imports.import_file(
-                catalog, project_id, dataset_id, source, actor=user, mode=mode, key=key, sheet=sheet, title=title
-            )
+                catalog, project_id, dataset_id, source, actor=user, mode=mode, key=key, sheet=sheet, title=title,
+                review=review,
+            )  # fmt: skip
             run = change_requests.validation_for(catalog, cr.id, actor=user)
-            doc = {
-                **documents.submit_doc(cr, run),
-                "schema_changes": [c.to_json() for c in plan.schema_changes],
-            }
-            return 201, doc
+            summary = imports.import_summary(catalog, cr.id, actor=user)
+            return 201, documents.import_doc(cr, run, plan, summary, reviewed=review)
         finally:
             stack.close()
 

@@ -10,6 +10,7 @@ import streamlit as st
 if TYPE_CHECKING:
     from pandas.io.formats.style import Styler
 
+    from core.imports import ImportSummary
     from core.schema import ColumnPlan
 
 SCHEMA_COLUMNS = ["column", "status", "in the file", "in the table", "after import"]
@@ -100,3 +101,27 @@ def keep_upload(dataset: str, upload_id: str | None) -> None:
     else:
         uploads[dataset] = upload_id
     st.session_state[UPLOADS_KEY] = uploads
+
+
+def replace_banner_text(summary: ImportSummary) -> str:
+    """The one line that says a replace request swaps the table's content, with its row counts."""
+    return (
+        f"Replaces the table's content: {summary.added:,} added, {summary.updated:,} updated, "
+        f"{summary.deleted:,} deleted"
+    )
+
+
+def replace_banner(summary: ImportSummary | None, *, key: str) -> None:
+    """For a replace request: the banner above its diff, and how its rows were matched."""
+    if summary is None or summary.mode != "replace":
+        return
+    with st.container(key=key):
+        st.warning(f"**{replace_banner_text(summary)}**", icon=":material/swap_horiz:")
+        matched = (
+            f"Rows are matched by **{summary.key}**: the file's rows update or add, the table's rows whose "
+            f"{summary.key} is not in {summary.file_name} are deleted."
+            if summary.key
+            else f"There was no key to match rows by: every row of the table is deleted and every row of "
+            f"{summary.file_name} added."
+        )
+        st.caption(matched)

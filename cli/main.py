@@ -620,11 +620,27 @@ def append_cmd(
     file: Annotated[Path, typer.Option("--file", help="CSV, Parquet or XLSX file.")],
     as_user: Annotated[str, typer.Option("--as", help="The submitting user (an editor).")],
     mode: Annotated[
-        str, typer.Option("--mode", help="append: every row is new; upsert: rows matching --key are updated.")
+        str,
+        typer.Option(
+            "--mode",
+            help="append: every row is new; upsert: rows matching --key are updated; replace: the file becomes "
+            "the table's whole content (rows matching the dataset's key or --key updated, new ones added, the "
+            "rest deleted; without a key every row is replaced).",
+        ),
     ] = "append",
-    key: Annotated[str | None, typer.Option("--key", help="Column to match rows by (upsert).")] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Column to match rows by (upsert, replace; default: the dataset's key).")
+    ] = None,
     sheet: Annotated[str | None, typer.Option("--sheet", help="XLSX sheet to read.")] = None,
     title: Annotated[str | None, typer.Option(help="Title of the change request.")] = None,
+    no_review: Annotated[
+        bool,
+        typer.Option(
+            "--no-review",
+            help="Project admins only: validate and merge at once, without review (audited); a critical "
+            "data check failure refuses the file.",
+        ),
+    ] = False,
 ) -> None:
     """Import a file into a dataset as a change request (staged, then validated by GX)."""
     from core import imports
@@ -641,20 +657,24 @@ def append_cmd(
         key=key,
         sheet=sheet,
         title=title,
+        review=not no_review,
     )
     run = change_requests.validation_for(catalog, cr.id, actor=actor)
-    doc = {
-        "cr_id": cr.id,
-        "state": cr.state.value,
-        "validation": _validation_doc(run),
-        "schema_changes": [c.to_json() for c in plan.schema_changes],
-    }
+    summary = imports.import_summary(catalog, cr.id, actor=actor)
+    doc = documents.import_doc(cr, run, plan, summary, reviewed=not no_review)
     changes = "; ".join(c.describe() for c in plan.schema_changes) or "none"
-    emit(
-        doc,
-        f"change request {cr.id} submitted ({cr.rows:,} row(s), {cr.cells:,} cell(s)); "
-        f"schema changes: {changes}; validation {cr.validation_status}",
-    )
+    rows = f"{doc['added']:,} added, {doc['updated']:,} updated, {doc['deleted']:,} deleted"
+    if no_review:
+        text = (
+            f"committed {plan.upload.file_name} without review as version {cr.merged_version} ({rows}; "
+            f"change request {cr.id}, audited); schema changes: {changes}; validation {cr.validation_status}"
+        )
+    else:
+        text = (
+            f"change request {cr.id} submitted ({cr.rows:,} row(s), {cr.cells:,} cell(s): {rows}); "
+            f"schema changes: {changes}; validation {cr.validation_status}"
+        )
+    emit(doc, text)
 
 
 @cr_app.command("list")
@@ -694,7 +714,7 @@ def cr_show(
     as_user: AsUser = None,
 ) -> None:
     """Show a change request: its cell-level changes (and with --rows, row by row), validation and conflicts."""
-    from core import merge
+    from core import imports, merge
 
     rows_cli.check_rows_options(rows, kind, column, export)
     catalog = _catalog()
@@ -718,15 +738,21 @@ def cr_show(
     thread = change_requests.comments(catalog, cr_id, actor=actor)
     revisions = change_requests.revisions(catalog, cr_id, actor=actor)
     states = change_requests.state_history(catalog, cr_id, actor=actor)
+    summary = imports.import_summary(catalog, cr_id, actor=actor)  # an import: its mode and row counts
     doc = documents.cr_show_doc(
         cr, changes=changes, total=total, run=run, conflicts=conflicts, thread=thread, revisions=revisions,
-        states=states,
+        states=states, imported=summary,
     )  # fmt: skip
     lines = [
         f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
         f"(base v{cr.base_version}, revision {cr.revision}); validation {cr.validation_status}; "
         f"{len(conflicts)} conflict(s)"
     ]
+    if summary:
+        lines.append(
+            f"  import: {summary.file_name} ({summary.mode}): {summary.added:,} added, {summary.updated:,} updated, "
+            f"{summary.deleted:,} deleted" + ("" if summary.reviewed else "; committed without review")
+        )
     if cr.stages:
         lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]

@@ -460,17 +460,22 @@ def record_change_request(
     upload_id: str | None = None,
     schema_changes: list[SchemaChange] | None = None,
     clock: Stopwatch | None = None,
+    run: validation.ValidationRun | None = None,
+    announce: bool = True,
 ) -> ChangeRequest:
     """Validate a written staging table and store the open request with its audit event.
 
     The catalog row comes last; on any failure the staging table is removed, so a failed
     submit leaves no request and no staging folder behind. ``clock`` (the submit's
-    stopwatch) gets the ``checks`` stage; its timings are stored with the row.
+    stopwatch) gets the ``checks`` stage; its timings are stored with the row. ``run``:
+    the staging table's validation, when the caller already ran it. ``announce=False``
+    tells no one of a request to review (an admin's direct commit merges it at once).
     """
     clock = clock or Stopwatch("submit")
     try:
         clock.start("checks")
-        run = validate_change_request(layout, dataset, staging)
+        if run is None:
+            run = validate_change_request(layout, dataset, staging)
         stages = clock.timings()
         with catalog.session() as s:
             row = ChangeRequestRow(
@@ -510,7 +515,10 @@ def record_change_request(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    notify.emit(catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author)
+    if announce:
+        notify.emit(
+            catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author
+        )
     return record
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from core import change_requests, datasets, diff, history, merge, projects, reads, sessions, validation
+    from core import change_requests, datasets, diff, history, imports, merge, projects, reads, sessions, validation
 
 
 def _jsonable(value: Any) -> Any:
@@ -174,6 +174,29 @@ def submit_doc(cr: change_requests.ChangeRequest, run: validation.ValidationRun 
     return {"cr_id": cr.id, "state": cr.state.value, "validation": validation_doc(run)}
 
 
+def import_doc(
+    cr: change_requests.ChangeRequest,
+    run: validation.ValidationRun | None,
+    plan: imports.ImportPlan,
+    summary: imports.ImportSummary | None,
+    *,
+    reviewed: bool,
+) -> dict[str, Any]:
+    """``oreo append``'s document: the submit document, the schema changes and the import's counts."""
+    counts = summary.to_json() if summary else {}
+    return {
+        **submit_doc(cr, run),
+        "schema_changes": [c.to_json() for c in plan.schema_changes],
+        "mode": plan.mode,
+        "key": plan.key,
+        "added": counts.get("added", 0),
+        "updated": counts.get("updated", 0),
+        "deleted": counts.get("deleted", 0),
+        "reviewed": reviewed,
+        "version": cr.merged_version,
+    }
+
+
 def cr_show_doc(
     cr: change_requests.ChangeRequest,
     *,
@@ -184,9 +207,11 @@ def cr_show_doc(
     thread: list[change_requests.Comment],
     revisions: list[change_requests.Revision],
     states: list[change_requests.StateChange],
+    imported: imports.ImportSummary | None = None,
 ) -> dict[str, Any]:
     return {
         **cr_doc(cr),
+        "import": imported.to_json() if imported else None,  # an import: its mode and row counts
         "changes": [c.to_json() for c in changes],
         "total": total,
         "validation": validation_doc(run),

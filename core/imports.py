@@ -1,4 +1,4 @@
-"""Imports: a CSV, Parquet or XLSX file appended or upserted into a dataset, as a change request.
+"""Imports: a CSV, Parquet or XLSX file appended, upserted or replacing a dataset's content, as a change request.
 
 An import is three steps, so a screen can show each one:
 
@@ -15,7 +15,13 @@ An import is three steps, so a screen can show each one:
    * ``upsert`` by a key column - rows whose key matches a row of the table update it
      (only the cells that differ), the others are inserted. The key is the dataset's key
      column, ``row_id`` (a re-imported export), or - in a dataset without a key column -
-     any column whose values are unique in the table.
+     any column whose values are unique in the table;
+   * ``replace`` - the file becomes the table's whole content (seed 000's *overwrite*).
+     With a key (the dataset's key column, or one given as for upsert) rows whose key is in
+     the file and differ are updated, new keys are added, table rows whose key the file
+     lacks are deleted, and identical rows are left out, so the diff and the MERGE stay the
+     size of the change. Without any key every current row is deleted and every file row
+     added. Every table column must be in the file (an empty one clears it).
 
    Keys must be present, non-empty and unique in the file.
 3. ``submit_import`` has Spark write ``staging/<cr_id>`` from ``converted.parquet`` (the
@@ -30,6 +36,14 @@ folder; a stored upload stays while its request is open (the UI keeps it while t
 picks options) and ``oreo cleanup`` removes it once it is older than the import TTL and
 no open request uses it. ``import_file`` (the CLI's ``oreo append``) does all three and
 removes the upload if any step fails.
+
+A project admin may skip the review (``import_file(review=False)``, ``oreo append
+--no-review``, seed 000's append with ``?review=false``): the file is staged and
+validated as usual, a critical failure refuses it, and otherwise it is merged at once by
+the approval's own path with the admin as the merger (``merge.merge_unreviewed_import``).
+The request is recorded as merged with a note, and ``ImportCommittedWithoutReview`` is
+audited. Nothing else reaches that path: ``cr approve`` keeps "no one approves their own
+request" for every request.
 """
 
 from __future__ import annotations
@@ -40,17 +54,27 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from sqlalchemy import select
 
-from core import audit, engine, reads, schema
+from core import audit, engine, reads, schema, validation
 from core.auth import Role, User, require_role
-from core.catalog import Catalog, utcnow
-from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request, save_staging
+from core.catalog import AuditEventRow, Catalog, utcnow
+from core.change_requests import (
+    CHANGED_COLUMN,
+    OP_COLUMN,
+    ChangeRequest,
+    get_change_request,
+    record_change_request,
+    remove_leftovers,
+    save_staging,
+    validate_change_request,
+)
 from core.config import get_settings
 from core.datasets import (
     ROW_ID,
@@ -61,14 +85,24 @@ from core.datasets import (
     row_ids_for,
     time_ordered_id_sql,
 )
-from core.errors import EngineError, InvalidFile, InvalidInput, NotFound, PermissionDenied, ValidationFailed
+from core.errors import (
+    ConflictError,
+    EngineError,
+    InvalidFile,
+    InvalidInput,
+    NotFound,
+    OreoError,
+    PermissionDenied,
+    ValidationFailed,
+)
 from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
 from core.layout import new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
 from core.values import check_value
 
-Mode = Literal["append", "upsert"]
-MODES: tuple[Mode, ...] = ("append", "upsert")
+Mode = Literal["append", "upsert", "replace"]
+MODES: tuple[Mode, ...] = ("append", "upsert", "replace")
+_UNKNOWN_MODE = "unknown import mode {mode!r}; use append, upsert or replace"
 Progress = Callable[[float, str], None]
 _SHOWN = 5
 _ROW_GROUP = 128 * 1024
@@ -119,6 +153,24 @@ class ImportPlan:
     base_version: int
     columns: list[ColumnPlan]
     schema_changes: list[SchemaChange] = field(default_factory=list)
+    deletes: int = 0  # a replace: the table's rows no file row matches, which it deletes
+
+    def describe(self) -> str:
+        """One sentence: what merging this plan does to the table."""
+        rows = f"{self.upload.rows:,} row(s) of {self.upload.file_name}"
+        if self.mode == "append":
+            return f"{rows} will be added as new rows"
+        if self.mode == "upsert":
+            return f"{rows} will update the rows with the same {self.key}, or be added"
+        if self.key is None:
+            return (
+                f"{rows} will replace the table's content: there is no key to match rows by, so every "
+                "current row is deleted and every row of the file added"
+            )
+        return (
+            f"{rows} will replace the table's content, matched by {self.key}: rows that differ are updated, "
+            f"new {self.key}s added, rows whose {self.key} is not in the file deleted, identical rows left alone"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +184,50 @@ class ImportSubmitted(audit.AuditEvent):
     inserts: int
     updates: int
     schema_changes: list[dict[str, Any]]
+    deletes: int = 0
+    reviewed: bool = True  # False: an admin's direct commit (``import_file(review=False)``)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportCommittedWithoutReview(audit.AuditEvent):
+    """A project admin's import merged at once, its review skipped (``oreo append --no-review``)."""
+
+    name = "import_committed_without_review"
+    cr_id: str
+    upload_id: str
+    file_name: str
+    mode: str
+    key: str | None
+    rows: int
+    inserts: int
+    updates: int
+    deletes: int
+    version: int
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    """How an import request changes its table, as counted when its file was staged."""
+
+    cr_id: str
+    file_name: str
+    mode: str
+    key: str | None
+    added: int
+    updated: int
+    deleted: int
+    reviewed: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file_name": self.file_name,
+            "mode": self.mode,
+            "key": self.key,
+            "added": self.added,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "reviewed": self.reviewed,
+        }
 
 
 # ---------------------------------------------------------------- 1. upload
@@ -334,11 +430,12 @@ def plan_import(
 
     Raises:
         InvalidInput: Unknown mode; an incompatible column type (named, with both types);
-            a missing, unusable or ambiguous key; a reserved ``row_id`` column.
+            a missing, unusable or ambiguous key; a reserved ``row_id`` column; (replace) a
+            table column the file lacks.
         ValidationFailed: Empty or duplicate keys in the file, or (append) keys the table has.
     """
     if mode not in MODES:
-        raise InvalidInput(f"unknown import mode {mode!r}; use append or upsert", field="mode")
+        raise InvalidInput(_UNKNOWN_MODE.format(mode=mode), field="mode")
     dataset, columns = compare_with_table(catalog, upload, actor=actor)
     allow_non_finite = dataset_settings(upload.project_id, upload.dataset_id).allow_non_finite
     columns = _check_values(upload, columns, allow_non_finite=allow_non_finite)
@@ -347,24 +444,26 @@ def plan_import(
     dataset_key = dataset.key_column
     if key is not None and mode == "append":
         raise InvalidInput("--key is for upsert; an append adds every row as new", field="key")
-    if mode == "upsert":
-        if not key:
-            raise InvalidInput("an upsert needs a key column to match rows by", field="key")
-        key = _plan_upsert_key(upload, dataset, columns, key, file_names)
+    if dataset_key is not None and dataset_key.lower() not in file_names:
+        raise InvalidInput(
+            f"{upload.file_name} has no column {dataset_key!r}, the dataset's key; every row needs one",
+            field="file",
+        )
+    if mode == "replace":
+        _refuse_absent_columns(upload, columns)
+        key = key or dataset_key  # without either, every row is replaced
+    if mode == "upsert" and not key:
+        raise InvalidInput("an upsert needs a key column to match rows by", field="key")
+    if mode != "append" and key:
+        key = _plan_upsert_key(upload, dataset, columns, key, file_names, mode=mode)
     elif ROW_ID in file_names and dataset_key != ROW_ID:
         raise InvalidInput(
             f"{upload.file_name} has a 'row_id' column, which is Oreo's; to update those rows "
-            "use upsert with the key row_id, or rename the column",
+            f"use {'replace' if mode == 'replace' else 'upsert'} with the key row_id, or rename the column",
             field="file",
         )
-    if dataset_key is not None:
-        if dataset_key.lower() not in file_names:
-            raise InvalidInput(
-                f"{upload.file_name} has no column {dataset_key!r}, the dataset's key; every row needs one",
-                field="file",
-            )
-        if not (mode == "upsert" and str(key).lower() == dataset_key.lower()):  # else checked as the upsert key
-            _check_keys(upload, file_names[dataset_key.lower()])
+    if dataset_key is not None and str(key).lower() != dataset_key.lower():  # else checked as the key
+        _check_keys(upload, file_names[dataset_key.lower()])
     if mode == "append" and dataset_key is not None:
         _refuse_existing_keys(upload, dataset, file_names[dataset_key.lower()])
     return ImportPlan(
@@ -374,15 +473,43 @@ def plan_import(
         base_version=int(dataset.version or 0),
         columns=columns,
         schema_changes=schema.schema_changes(columns),
+        deletes=_count_deletes(upload, dataset, key, file_names) if mode == "replace" else 0,
     )
 
 
+def _count_deletes(upload: Upload, dataset: DatasetInfo, key: str | None, file_names: dict[str, str]) -> int:
+    """How many rows of the table a replace by ``key`` deletes: those whose key the file lacks (all, without a key)."""
+    scan, params = "delta_scan(?, version => ?)", [dataset.path, int(dataset.version or 0)]
+    if key is None:
+        found = reads.cursor().execute(f"SELECT count(*) FROM {scan}", params).fetchone()
+        return int(found[0]) if found else 0
+    in_file = reads.quote_ident(file_names[key.lower()])
+    if key in (ROW_ID, dataset.key_column):
+        on = f"m.row_id = CAST(f.{in_file} AS VARCHAR)"
+    else:
+        table_type = next(c.type for c in reads.table_schema(Path(dataset.path), dataset.version) if c.name == key)
+        on = f"m.{reads.quote_ident(key)} = TRY_CAST(f.{in_file} AS {table_type})"
+    found = (
+        reads.cursor()
+        .execute(f"SELECT count(*) FROM {scan} m ANTI JOIN read_parquet(?) f ON {on}", [*params, str(upload.converted)])
+        .fetchone()
+    )
+    return int(found[0]) if found else 0
+
+
 def _plan_upsert_key(
-    upload: Upload, dataset: DatasetInfo, columns: list[ColumnPlan], key: str, file_names: dict[str, str]
+    upload: Upload,
+    dataset: DatasetInfo,
+    columns: list[ColumnPlan],
+    key: str,
+    file_names: dict[str, str],
+    *,
+    mode: str = "upsert",
 ) -> str:
+    """The table column an upsert or a replace matches rows by (its name as the table spells it)."""
     if key.lower() not in file_names:
         raise InvalidInput(
-            f"upsert key {key!r} is not a column of {upload.file_name}; its columns are: "
+            f"{mode} key {key!r} is not a column of {upload.file_name}; its columns are: "
             f"{', '.join(n for n, _ in upload.columns)}",
             field="key",
         )
@@ -391,10 +518,10 @@ def _plan_upsert_key(
         return ROW_ID
     plan = next((c for c in columns if c.name.lower() == key.lower()), None)
     if plan is None or plan.status == "new":
-        raise InvalidInput(f"upsert key {key!r} is not a column of the table, so no row can match", field="key")
+        raise InvalidInput(f"{mode} key {key!r} is not a column of the table, so no row can match", field="key")
     if dataset.key_column is not None and plan.name != dataset.key_column:
         raise InvalidInput(
-            f"{dataset.project_id}/{dataset.dataset_id} is keyed by {dataset.key_column!r}; upsert by that column",
+            f"{dataset.project_id}/{dataset.dataset_id} is keyed by {dataset.key_column!r}; {mode} by that column",
             field="key",
         )
     _check_keys(upload, file_names[key.lower()])
@@ -412,10 +539,21 @@ def _plan_upsert_key(
         if dupes:
             raise InvalidInput(
                 f"column {plan.name!r} is not unique in the table (e.g. {', '.join(str(d[0]) for d in dupes)}), "
-                "so it cannot match rows for an upsert",
+                f"so it cannot match rows for {'a replace' if mode == 'replace' else 'an upsert'}",
                 field="key",
             )
     return plan.name
+
+
+def _refuse_absent_columns(upload: Upload, columns: list[ColumnPlan]) -> None:
+    """A replace makes the file the whole table, so a table column it lacks would be lost without a word."""
+    absent = [c.name for c in columns if c.status == "absent"]
+    if absent:
+        raise InvalidInput(
+            f"{upload.file_name} has no column {', '.join(repr(n) for n in absent)} of the table; a replace makes "
+            "the file the table's whole content, so add the column(s) (left empty to clear them)",
+            field="file",
+        )
 
 
 def _check_keys(upload: Upload, column: str) -> None:
@@ -524,13 +662,19 @@ def submit_import(
     title: str | None = None,
     description: str = "",
     progress: Progress | None = None,
+    review: bool = True,
 ) -> ChangeRequest:
     """Stage ``plan``'s rows with Spark, validate them and open the change request.
 
+    With ``review=False`` (a project admin's direct commit, see ``import_file``) a critical
+    validation failure refuses the file before any request is recorded, and no one is
+    told of a request to review.
+
     Raises:
-        PermissionDenied: Not the uploader, or not an editor.
+        PermissionDenied: Not the uploader, or not an editor (an admin, without review).
         ConflictError: The table moved since the plan was made (plan again).
         InvalidInput: The file changes nothing; the title is too long.
+        ValidationFailed: Without review, a critical expectation fails (nothing is kept).
         EngineError: Spark could not write the staging table (nothing is kept).
     """
     report = progress or (lambda fraction, message: None)
@@ -538,10 +682,12 @@ def submit_import(
     if upload.uploaded_by != actor.username:
         raise PermissionDenied(f"upload {upload.upload_id} belongs to {upload.uploaded_by!r}", user=actor.username)
     require_role(catalog, actor, upload.project_id, Role.EDITOR, action="submit an import")
+    if not review:
+        require_role(catalog, actor, upload.project_id, Role.ADMIN, action=_NO_REVIEW_ACTION)
     dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
     if int(dataset.version or 0) != plan.base_version:
         plan = plan_import(catalog, upload, actor=actor, mode=plan.mode, key=plan.key)
-    title = (title or f"Import {upload.file_name} into {upload.project_id}/{upload.dataset_id}").strip()
+    title = (title or _default_title(plan)).strip()
     if len(title) > 300:
         raise InvalidInput("the title must be at most 300 characters", field="title")
     layout = layout_for(upload.project_id, upload.dataset_id)
@@ -550,15 +696,22 @@ def submit_import(
     commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
     report(0.1, f"Staging {upload.rows:,} rows with Spark")
     _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
+    run: validation.ValidationRun | None = None
     try:
         given = sum(1 for c in plan.columns if c.status != "absent")
-        inserts, updates, cells = _staged_counts(staging, given)
-        if inserts + updates == 0:
-            raise InvalidInput(f"{upload.file_name} changes nothing: every row equals the table's", field="file")
+        counts = _staged_counts(staging, given)
+        if counts.rows == 0:
+            same = "the table holds exactly its rows" if plan.mode == "replace" else "every row equals the table's"
+            raise InvalidInput(f"{upload.file_name} changes nothing: {same}", field="file")
+        if not review:
+            report(0.5, "Validating with Great Expectations")
+            run = validate_change_request(layout, dataset, staging)
+            _refuse_blocking(run, upload)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    report(0.6, "Validating with Great Expectations")
+    if review:
+        report(0.6, "Validating with Great Expectations")
     record = record_change_request(
         catalog,
         layout,
@@ -569,11 +722,13 @@ def submit_import(
         title=title,
         description=description,
         base_version=plan.base_version,
-        rows=inserts + updates,
-        cells=cells,
+        rows=counts.rows,
+        cells=counts.cells,
         kind="import",
         upload_id=upload.upload_id,
         schema_changes=plan.schema_changes,
+        run=run,
+        announce=review,
     )
     _note_submitted(upload, record.id, plan)
     with catalog.session() as s:
@@ -588,13 +743,37 @@ def submit_import(
                 file_name=upload.file_name,
                 mode=plan.mode,
                 key=plan.key,
-                inserts=inserts,
-                updates=updates,
+                inserts=counts.inserts,
+                updates=counts.updates,
+                deletes=counts.deletes,
                 schema_changes=[c.to_json() for c in plan.schema_changes],
+                reviewed=review,
             ),
         )
     report(1.0, f"Change request {cr_id} submitted")
     return record
+
+
+_NO_REVIEW_ACTION = "commit an import without review"
+
+
+def _default_title(plan: ImportPlan) -> str:
+    upload = plan.upload
+    target = f"{upload.project_id}/{upload.dataset_id}"
+    if plan.mode == "replace":
+        return f"Replace the content of {target} with {upload.file_name}"
+    return f"Import {upload.file_name} into {target}"
+
+
+def _refuse_blocking(run: validation.ValidationRun, upload: Upload) -> None:
+    """Refuse a direct commit whose staged rows fail a critical expectation."""
+    if run.blocking:
+        failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
+        raise ValidationFailed(
+            f"{upload.file_name} fails critical data checks: {failed}; nothing was committed - fix the file, "
+            "or submit it for review to discuss the checks",
+            offending=tuple(f.expectation for f in run.failures if f.severity == "critical"),
+        )
 
 
 def _note_submitted(upload: Upload, cr_id: str, plan: ImportPlan) -> None:
@@ -628,7 +807,8 @@ def _write_staging(
     Each row gets its ``row_id`` (the matched row's, the dataset key's value, or a UUID),
     its values cast to their type after the import, ``_op`` and ``_changed``: all the
     file's columns for an insert, the cells that differ for an update. Updates that
-    change nothing are left out.
+    change nothing are left out. A replace also stages, as deletes, the table's rows no
+    file row matches (all of them without a key), with their values as they are.
     """
     q, lit = engine.spark_ident, engine.spark_string
     spark = engine.get_spark()
@@ -648,7 +828,18 @@ def _write_staging(
     new_id_sql = fresh_id_sql if dataset_key is None else f"CAST(f.{q(in_file[dataset_key.lower()])} AS STRING)"
     # An inserted row gives every column it carries: NULL says so without a list per row.
     inserted = "CAST(NULL AS ARRAY<STRING>)"
-    if plan.mode == "append":
+    # A deleted row is staged as it is, so the review shows it whole; a new column is NULL in it.
+    deleted = [
+        "m.row_id AS row_id",
+        *(
+            f"CAST({'NULL' if c.status == 'new' else 'm.' + q(c.name)} AS {c.final_type}) AS {q(c.name)}"
+            for c in ordered
+        ),
+        f"'delete' AS {OP_COLUMN}",
+        f"CAST(array() AS ARRAY<STRING>) AS {CHANGED_COLUMN}",
+    ]
+    on: str | None = None
+    if plan.mode == "append" or plan.key is None:  # a replace without a key: every row is new
         select = [f"{new_id_sql} AS row_id"]
         select += [
             (value(c) if c.status != "absent" else f"CAST(NULL AS {c.final_type})") + f" AS {q(c.name)}"
@@ -689,10 +880,13 @@ def _write_staging(
             f"SELECT * FROM (SELECT {', '.join(select)} FROM {view} f LEFT JOIN {view}_main m ON {on}) "
             f"WHERE {OP_COLUMN} = 'insert' OR size({CHANGED_COLUMN}) > 0"
         )
+    if plan.mode == "replace":
+        gone = f"{view}_main m" if on is None else f"{view}_main m LEFT ANTI JOIN {view} f ON {on}"
+        sql = f"{sql} UNION ALL SELECT {', '.join(deleted)} FROM {gone}"
     views = [view]
     try:
         spark.read.parquet(str(upload.converted)).createOrReplaceTempView(view)
-        if plan.mode == "upsert":
+        if plan.mode != "append":
             views.append(f"{view}_main")
             spark.read.format("delta").option("versionAsOf", plan.base_version).load(str(main)).createOrReplaceTempView(
                 f"{view}_main"
@@ -710,21 +904,36 @@ def _table_order(main: Path, version: int, columns: list[ColumnPlan]) -> list[Co
     return sorted(columns, key=lambda c: position.get(c.name, len(position)))
 
 
-def _staged_counts(staging: Path, given: int) -> tuple[int, int, int]:
-    """(inserted rows, updated rows, changed cells) of a staging table; an insert sets ``given`` cells."""
+@dataclass(frozen=True)
+class _Counts:
+    """What a staging table does: rows inserted, updated and deleted, and cells set."""
+
+    inserts: int
+    updates: int
+    deletes: int
+    cells: int
+
+    @property
+    def rows(self) -> int:
+        return self.inserts + self.updates + self.deletes
+
+
+def _staged_counts(staging: Path, given: int) -> _Counts:
+    """The counts of a staging table; an insert sets ``given`` cells, a delete none (as an edit's)."""
     row = (
         reads.cursor()
         .execute(
             f"SELECT count(*) FILTER (WHERE {OP_COLUMN} = 'insert'), count(*) FILTER (WHERE {OP_COLUMN} = 'update'), "
+            f"count(*) FILTER (WHERE {OP_COLUMN} = 'delete'), "
             f"coalesce(sum(len({CHANGED_COLUMN})) FILTER (WHERE {OP_COLUMN} = 'update'), 0) FROM delta_scan(?)",
             [str(staging)],
         )
         .fetchone()
     )
     if not row:
-        return 0, 0, 0
-    inserts, updates, changed = int(row[0]), int(row[1]), int(row[2])
-    return inserts, updates, changed + inserts * given
+        return _Counts(0, 0, 0, 0)
+    inserts, updates, deletes, changed = (int(v) for v in row)
+    return _Counts(inserts, updates, deletes, changed + inserts * given)
 
 
 # ---------------------------------------------------------------- all at once
@@ -744,22 +953,125 @@ def import_file(
     description: str = "",
     file_name: str | None = None,
     progress: Progress | None = None,
+    review: bool = True,
 ) -> tuple[ChangeRequest, ImportPlan]:
-    """Upload, plan and submit in one go (``oreo append``); a failure removes the upload."""
+    """Upload, plan and submit in one go (``oreo append``); a failure removes the upload.
+
+    With ``review=False`` a project admin commits the file at once (seed 000's append with
+    ``?review=false``): it is staged and validated as usual, then merged by the approval's
+    path with the admin as the merger; the returned request is merged, with a note that
+    its review was skipped, and ``ImportCommittedWithoutReview`` is audited.
+
+    Raises:
+        PermissionDenied: Without review, ``actor`` is not a project admin (nothing is written).
+        ValidationFailed: Without review, a critical expectation fails (nothing is merged or kept).
+        ConflictError: Without review, the table changed the same rows meanwhile (nothing is merged).
+    """
     if mode not in MODES:
-        raise InvalidInput(f"unknown import mode {mode!r}; use append or upsert", field="mode")
+        raise InvalidInput(_UNKNOWN_MODE.format(mode=mode), field="mode")
     validate_id(project_id, kind="project id")
     validate_id(dataset_id, kind="dataset id")
+    if not review:
+        get_dataset(catalog, project_id, dataset_id, actor=actor)
+        require_role(catalog, actor, project_id, Role.ADMIN, action=_NO_REVIEW_ACTION)
     upload = store_upload(
         catalog, project_id, dataset_id, file, actor=actor, sheet=sheet, file_name=file_name, progress=progress
     )
     try:
         plan = plan_import(catalog, upload, actor=actor, mode=mode, key=key)
-        record = submit_import(catalog, plan, actor=actor, title=title, description=description, progress=progress)
+        record = submit_import(
+            catalog, plan, actor=actor, title=title, description=description, progress=progress, review=review
+        )
     except BaseException:
         discard_upload(upload)
         raise
+    if not review:
+        record = _commit_without_review(catalog, record, plan, actor=actor, progress=progress)
     return record, plan
+
+
+def _commit_without_review(
+    catalog: Catalog, record: ChangeRequest, plan: ImportPlan, *, actor: User, progress: Progress | None
+) -> ChangeRequest:
+    """Merge a just-submitted direct commit and audit it; if it cannot merge, withdraw it and re-raise."""
+    from core import merge  # merge builds on change_requests, as this module does
+
+    upload = plan.upload
+    note = f"Committed directly by {actor.username} without review ({upload.file_name}, {plan.mode})."
+    try:
+        merged = merge.merge_unreviewed_import(catalog, record.id, actor=actor, note=note, progress=progress)
+    except OreoError:
+        main = layout_for(record.project_id, record.dataset_id).main
+        if engine.find_commit(main, record.base_version, cr_id=record.id, action=merge.MERGE_ACTION) is None:
+            _withdraw_failed(catalog, record, actor=actor)
+            discard_upload(upload)
+        raise
+    summary = import_summary(catalog, merged.id, actor=actor)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            ImportCommittedWithoutReview(
+                actor=actor.username,
+                project_id=merged.project_id,
+                dataset_id=merged.dataset_id,
+                cr_id=merged.id,
+                upload_id=upload.upload_id,
+                file_name=upload.file_name,
+                mode=plan.mode,
+                key=plan.key,
+                rows=merged.rows,
+                inserts=summary.added if summary else 0,
+                updates=summary.updated if summary else 0,
+                deletes=summary.deleted if summary else 0,
+                version=int(merged.merged_version or 0),
+            ),
+        )
+    return merged
+
+
+def _withdraw_failed(catalog: Catalog, record: ChangeRequest, *, actor: User) -> None:
+    """Close a direct commit that did not merge, so no request of it stays open."""
+    from core.change_requests import withdraw_change_request
+
+    try:
+        withdraw_change_request(catalog, record.id, actor=actor)
+    except (ConflictError, NotFound):  # it closed meanwhile
+        remove_leftovers(get_change_request(catalog, record.id, actor=actor))
+
+
+def import_summary(catalog: Catalog, cr_id: str, *, actor: User) -> ImportSummary | None:
+    """How an import request changes its table: its mode and rows added, updated, deleted (None: not an import).
+
+    Read from the request's ``import_submitted`` audit event, so it holds after the request closed.
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.kind != "import":
+        return None
+    with catalog.session() as s:
+        events = s.scalars(
+            select(AuditEventRow)
+            .where(
+                AuditEventRow.name == ImportSubmitted.name,
+                AuditEventRow.project_id == record.project_id,
+                AuditEventRow.dataset_id == record.dataset_id,
+                AuditEventRow.ts >= record.created_at - timedelta(minutes=1),
+            )
+            .order_by(AuditEventRow.id)
+        ).all()
+        found = [dict(e.details) for e in events if e.details.get("cr_id") == cr_id]
+    if not found:
+        return None
+    d = found[-1]
+    return ImportSummary(
+        cr_id=cr_id,
+        file_name=str(d.get("file_name")),
+        mode=str(d.get("mode")),
+        key=d.get("key"),
+        added=int(d.get("inserts") or 0),
+        updated=int(d.get("updates") or 0),
+        deleted=int(d.get("deletes") or 0),
+        reviewed=d.get("reviewed") is not False,
+    )
 
 
 @contextmanager

@@ -3,7 +3,10 @@
 Approval runs, in order:
 
 1. checks: the request is open, the approver is an approver of the project and is not
-   its author (four-eyes, whatever their role);
+   its author (four-eyes, whatever their role). The one exception is a project admin's
+   import submitted with its review skipped (``core.imports.import_file(review=False)``),
+   which ``merge_unreviewed_import`` merges at once with the admin as the merger; steps
+   2 to 5 are the same;
 2. **conflicts**: cells the request changes that a commit after its ``base_version``
    changed too, read from ``main``'s change data feed. Any conflict blocks approval;
 3. **validation**: the GX suite against what ``main`` would become (``core.validation``);
@@ -41,6 +44,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -483,8 +487,6 @@ def approve_change_request(
         ValidationFailed: A critical expectation fails on the merged result.
         EngineError: Spark failed; ``main`` is unchanged and staging kept for a retry.
     """
-    report = progress or (lambda fraction, message: None)
-    clock = Stopwatch("approve", stage)
     record = get_change_request(catalog, cr_id, actor=actor)
     require_role(catalog, actor, record.project_id, Role.APPROVER, action="approve a change request")
     if record.author == actor.username:
@@ -498,6 +500,69 @@ def approve_change_request(
         )
     if record.state != CRState.OPEN:
         raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be approved")
+    return _merge_open_request(catalog, record, actor=actor, comment=comment, progress=progress, stage=stage)
+
+
+# The audit event (``core.imports.ImportSubmitted``) of an import submitted with its review skipped.
+_IMPORT_SUBMITTED = "import_submitted"
+
+
+def merge_unreviewed_import(
+    catalog: Catalog, cr_id: str, *, actor: User, note: str, progress: Progress | None = None
+) -> ChangeRequest:
+    """Merge an import a project admin submitted with its review skipped, the admin as the merger.
+
+    Only ``core.imports.import_file(review=False)`` submits such a request, and it calls this
+    right away: conflicts, validation, the MERGE and the bookkeeping are an approval's. Any
+    other request - an admin's own reviewed import included - is refused: it needs another
+    approver (``approve_change_request``).
+
+    Raises:
+        PermissionDenied: Not a project admin, not the request's author, or a request submitted for review.
+        ConflictError: The request is not open, or conflicts with newer commits.
+        ValidationFailed: A critical expectation fails on the merged result.
+        EngineError: Spark failed; ``main`` is unchanged.
+    """
+    record = get_change_request(catalog, cr_id, actor=actor)
+    require_role(catalog, actor, record.project_id, Role.ADMIN, action="commit an import without review")
+    if record.kind != "import" or record.author != actor.username or not _review_skipped(catalog, record):
+        raise PermissionDenied(
+            f"change request {cr_id} was submitted for review; another approver must approve it",
+            user=actor.username,
+        )
+    if record.state != CRState.OPEN:
+        raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be merged")
+    return _merge_open_request(catalog, record, actor=actor, comment=note, progress=progress)
+
+
+def _review_skipped(catalog: Catalog, record: ChangeRequest) -> bool:
+    """Whether ``record`` was submitted as a direct commit (its ``import_submitted`` event says ``reviewed: false``)."""
+    with catalog.session() as s:
+        events = s.scalars(
+            select(AuditEventRow).where(
+                AuditEventRow.name == _IMPORT_SUBMITTED,
+                AuditEventRow.project_id == record.project_id,
+                AuditEventRow.dataset_id == record.dataset_id,
+                AuditEventRow.actor == record.author,
+                AuditEventRow.ts >= record.created_at - timedelta(minutes=1),
+            )
+        ).all()
+        return any(e.details.get("cr_id") == record.id and e.details.get("reviewed") is False for e in events)
+
+
+def _merge_open_request(
+    catalog: Catalog,
+    record: ChangeRequest,
+    *,
+    actor: User,
+    comment: str | None,
+    progress: Progress | None = None,
+    stage: StageHook | None = None,
+) -> ChangeRequest:
+    """Steps 2 to 5 of an approval (module docstring) for an open request its caller checked may be merged."""
+    report = progress or (lambda fraction, message: None)
+    clock = Stopwatch("approve", stage)
+    cr_id = record.id
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
     layout = layout_for(record.project_id, record.dataset_id)
     main, staging = layout.main, staging_path(layout, record)

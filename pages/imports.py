@@ -1,4 +1,5 @@
-"""Import a CSV, Parquet or XLSX file into a dataset: append its rows or upsert them by a key, as a change request.
+"""Import a CSV, Parquet or XLSX file into a dataset as a change request: append its rows, upsert them by a
+key, or replace the table's content with it.
 
 The file is read once (``core.imports.store_upload``) and kept under ``imports/`` by its
 upload id, which the session remembers, so reruns never read it again. Nothing reaches
@@ -35,11 +36,13 @@ if TYPE_CHECKING:
 
 PREVIEW_ROWS = 20
 ROW_PX = 35
-MODE_LABELS = {"append": "Append", "upsert": "Upsert"}
+MODE_LABELS = {"append": "Append", "upsert": "Upsert", "replace": "Replace"}
 MODE_CAPTIONS = {
     "append": "every row is new and gets its own row_id",
     "upsert": "rows whose key matches a row of the table update it; the others are added",
+    "replace": "the file becomes the table's whole content: rows it lacks are deleted",
 }
+NO_KEY = "(no key: replace every row)"
 FORM_KEYS = ("import_mode", "import_key", "import_title", "import_description", "import_sheet", "import_plan")
 REQUESTS_PAGE = Path(__file__).resolve().parent / "requests.py"
 
@@ -50,7 +53,7 @@ submitted = st.session_state.pop("import_submitted", None)
 if submitted:
     st.page_link(REQUESTS_PAGE, label=f"Follow {submitted} on My requests", icon=":material/outbox:")
 st.caption(
-    "Add or update rows from a CSV, Parquet or XLSX file. The import becomes a change request: "
+    "Add, update or replace rows from a CSV, Parquet or XLSX file. The import becomes a change request: "
     "an approver reviews it, and the table changes only when it is merged."
 )
 
@@ -147,6 +150,24 @@ def planned(upload: imports.Upload, mode: str, key: str | None, version: int | N
     return plan
 
 
+def replace_key(upload: imports.Upload, dataset_key: str | None) -> str | None:
+    """The column a replace matches rows by: the dataset's key, or one the user picks (or none)."""
+    if dataset_key is not None:
+        st.caption(f"Rows are matched by the dataset's key, **{dataset_key}**.")
+        return dataset_key
+    names = [NO_KEY, *(name for name, _ in upload.columns)]
+    if st.session_state.get("import_key") not in names:
+        st.session_state["import_key"] = NO_KEY
+    picked = st.selectbox(
+        "Key column",
+        names,
+        key="import_key",
+        help="Matches the file's rows to the table's (a column unique in the table); without one, every row "
+        "is deleted and every row of the file added",
+    )
+    return None if picked == NO_KEY else picked
+
+
 def submit(plan: imports.ImportPlan, title: str, description: str) -> None:
     wait_for_engine()
     status = st.status("Submitting the import...", expanded=True)
@@ -230,6 +251,8 @@ def show_upload(upload: imports.Upload) -> None:
         if st.session_state.get("import_key") not in names:
             st.session_state["import_key"] = default
         key = st.selectbox("Key column", names, key="import_key", help="Matches the file's rows to the table's")
+    elif mode == "replace":
+        key = replace_key(upload, info.key_column)
 
     plan = None
     try:
@@ -237,16 +260,25 @@ def show_upload(upload: imports.Upload) -> None:
     except OreoError as exc:
         st.error(str(exc), icon=":material/error:")
     if plan is not None:
-        rows = f"{upload.rows:,} row(s) of {upload.file_name}"
-        what = (
-            f"{rows} will be added to `{choice}` as new rows"
-            if plan.mode == "append"
-            else f"{rows} will update the rows of `{choice}` with the same **{plan.key}**, or be added"
-        )
         changes = ""
         if plan.schema_changes:
             changes = f" It also changes the table's schema ({len(plan.schema_changes)} change(s), listed above)."
+        rows = f"{upload.rows:,} row(s) of {upload.file_name}"
+        if plan.mode == "append":
+            what = f"{rows} will be added to `{choice}` as new rows"
+        elif plan.mode == "upsert":
+            what = f"{rows} will update the rows of `{choice}` with the same **{plan.key}**, or be added"
+        else:
+            what = f"{plan.describe()},"
         st.caption(f"{what} once an approver merges the request.{changes}")
+        if plan.mode == "replace" and plan.deletes:
+            which = f"whose **{plan.key}** is not in the file" if plan.key else "(there is no key to match rows by)"
+            with st.container(key="import_replace_warning"):
+                st.warning(
+                    f"This replace deletes **{plan.deletes:,}** row(s) of `{choice}` {which}. "
+                    "The approver sees each of them in the review.",
+                    icon=":material/warning:",
+                )
 
     title = st.text_input(
         "Title", key="import_title", placeholder=f"Import {upload.file_name} into {choice}", max_chars=300

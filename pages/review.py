@@ -25,8 +25,9 @@ from app.components import (
     wait_for_engine,
 )
 from app.diff_views import change_request_rows
+from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
-from core import auth, change_requests, datasets, merge
+from core import auth, change_requests, datasets, imports, merge
 from core.change_requests import ChangeRequest, CRState
 
 user = require_user()
@@ -200,6 +201,7 @@ with oreo_errors():
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
         f"{cr.rows} row(s), {cr.cells} cell(s) · revision {cr.revision}"
     )
+    replace_banner(imports.import_summary(catalog(), cr.id, actor=user), key="review_replace_banner")
     stage_timings(cr)
     if cr.description:
         st.markdown(cr.description)

@@ -382,7 +382,11 @@ def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
         ]
     assert [a.status_code for a in answers] == [201, 201], answers[0].text
     assert answers[0].json() == answers[1].json() and answers[0].json()["state"] == "open"
-    assert set(answers[0].json()) == {"cr_id", "state", "validation", "schema_changes"}
+    assert set(answers[0].json()) == {
+        *("cr_id", "state", "validation", "schema_changes"),
+        *("mode", "key", "added", "updated", "deleted", "reviewed", "version"),
+    }
+    assert answers[0].json()["added"] == 2 and answers[0].json()["reviewed"] is True
     with server.client("ed") as c:
         listed = c.get("/api/v1/change-requests", params={"project": "demo", "dataset": people, "state": "open"})
     imported = [r["cr_id"] for r in listed.json()["change_requests"] if r["kind"] == "import"]
@@ -404,6 +408,35 @@ def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
     assert polled["result"]["state"] == "open"
     with server.client("boss") as c:
         c.post(f"/api/v1/change-requests/{polled['result']['cr_id']}/withdraw")
+
+
+def test_overwrite_is_a_replace_import_and_an_admin_may_commit_it_without_review(server: Server) -> None:
+    """Seed 000's overwrite: ``mode=replace`` is reviewed like any import; ``?review=false`` is admins' only."""
+    assert _create(server, "swap", _csv(5)).status_code == 201
+    imports = "/api/v1/projects/demo/datasets/swap/imports"
+    # ids 1-3 stay (2 renamed), 4 and 5 go, 9 is new
+    new = b"id,name,score\n1,name 001,2.5\n2,renamed,3.5\n3,name 003,4.5\n9,nine,1.5\n"
+    upload = {"file": ("new.csv", new, "text/csv")}
+    with server.client("ed") as c:
+        refused = c.post(imports, params={"review": "false"}, data={"mode": "replace"}, files=upload)
+        _assert_error(refused, 403, "permission_denied")
+        reviewed = c.post(imports, data={"mode": "replace", "title": "overwrite"}, files=upload)
+        assert reviewed.status_code == 201, reviewed.text
+        doc = reviewed.json()
+        assert (doc["state"], doc["mode"], doc["reviewed"], doc["version"]) == ("open", "replace", True, None)
+        assert (doc["added"], doc["updated"], doc["deleted"]) == (1, 1, 2)
+        shown = c.get(f"/api/v1/change-requests/{doc['cr_id']}").json()
+        assert shown["import"]["mode"] == "replace" and shown["import"]["deleted"] == 2
+        c.post(f"/api/v1/change-requests/{doc['cr_id']}/withdraw")
+    with server.client("boss") as c:
+        direct = c.post(imports, params={"review": "false"}, data={"mode": "replace"}, files=upload)
+        assert direct.status_code == 201, direct.text
+        doc = direct.json()
+        assert (doc["state"], doc["reviewed"], doc["deleted"]) == ("merged", False, 2) and doc["version"] >= 1
+        rows = c.get("/api/v1/projects/demo/datasets/swap/rows", params={"order_by": "id", "limit": 10}).json()
+    expected = [(1, "name 001"), (2, "renamed"), (3, "name 003"), (9, "nine")]
+    assert [(r["id"], r["name"]) for r in rows["rows"]] == expected
+    assert _merge_commits(server, "swap", doc["cr_id"]) == 1
 
 
 # ---------------------------------------------------------------- tokens

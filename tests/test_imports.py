@@ -402,7 +402,7 @@ BAD_FILES: list[tuple[str, str, bytes | None, dict[str, Any], type[OreoError], s
         r"keys the table already has \(1\); an append only adds new rows",
     ),
     ("no dataset key", "n.csv", b"name\nnobody\n", {}, InvalidInput, "has no column 'id', the dataset's key"),
-    ("unknown mode", "m.csv", b"id,name\n37,a\n", {"mode": "replace"}, InvalidInput, "unknown import mode"),
+    ("unknown mode", "m.csv", b"id,name\n37,a\n", {"mode": "overwrite"}, InvalidInput, "unknown import mode"),
 ]
 
 
@@ -554,7 +554,16 @@ def test_cli_append_prints_the_submit_document_with_schema_changes(
 
     assert result.code == 0, result.err
     doc = json.loads(result.out)
-    assert set(doc) == {"cr_id", "state", "validation", "schema_changes"}
+    assert {"cr_id", "state", "validation", "schema_changes"} <= set(doc)
+    assert {k: doc[k] for k in ("mode", "key", "added", "updated", "deleted", "reviewed", "version")} == {
+        "mode": "append",
+        "key": None,
+        "added": 1,
+        "updated": 0,
+        "deleted": 0,
+        "reviewed": True,
+        "version": None,
+    }
     # The new row leaves columns empty that the rules inferred at creation want filled: warnings only.
     assert (doc["state"], doc["validation"]["status"]) == ("open", "warning")
     assert {f["severity"] for f in doc["validation"]["failures"]} == {"warning"}

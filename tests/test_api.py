@@ -415,7 +415,7 @@ def test_overwrite_is_a_replace_import_and_an_admin_may_commit_it_without_review
     assert _create(server, "swap", _csv(5)).status_code == 201
     imports = "/api/v1/projects/demo/datasets/swap/imports"
     # ids 1-3 stay (2 renamed), 4 and 5 go, 9 is new
-    new = b"id,name,score\n1,name 001,2.5\n2,renamed,3.5\n3,name 003,4.5\n9,nine,1.5\n"
+    new = b"id,name,score\n1,name 001,1.5\n2,renamed,2.5\n3,name 003,3.5\n9,nine,1.5\n"
     upload = {"file": ("new.csv", new, "text/csv")}
     with server.client("ed") as c:
         refused = c.post(imports, params={"review": "false"}, data={"mode": "replace"}, files=upload)

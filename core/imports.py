@@ -47,7 +47,7 @@ from typing import Any, BinaryIO, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import audit, engine, reads, schema
+from core import audit, engine, metrics, reads, schema
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, utcnow
 from core.change_requests import CHANGED_COLUMN, OP_COLUMN, ChangeRequest, record_change_request, save_staging
@@ -549,7 +549,8 @@ def submit_import(
     staging = layout.staging(cr_id)
     commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
     report(0.1, f"Staging {upload.rows:,} rows with Spark")
-    _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
+    with metrics.timed_import_write(upload.rows):
+        _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
     try:
         given = sum(1 for c in plan.columns if c.status != "absent")
         inserts, updates, cells = _staged_counts(staging, given)

@@ -35,6 +35,8 @@ USER oreo
 
 VOLUME ["/data"]
 EXPOSE 8501
+# Prometheus metrics of the app (core.metrics.serve, OREO_METRICS_PORT).
+EXPOSE 9464
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health')"
 ENTRYPOINT ["tini", "--"]
 CMD ["streamlit", "run", "app/main.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

@@ -119,7 +119,7 @@ def test_the_dashboard_is_grafana_json_with_valid_promql(tmp_path: Path) -> None
     assert len({p["id"] for p in panels}) == len(panels)
     for panel in panels:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
         if panel["type"] != "row":
             assert panel["targets"] and panel["datasource"]["type"] == "prometheus", panel["title"]
             assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"])

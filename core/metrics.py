@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -40,7 +40,7 @@ _STAGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 _OPERATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 _DAY = 86400.0
 _OPEN_AGE_BUCKETS = (3600.0, _DAY, 3 * _DAY, 7 * _DAY, 14 * _DAY, 30 * _DAY)
-Operation = str  # "merge" | "restore" | "optimize" | "vacuum"
+Operation = Literal["merge", "restore", "optimize", "vacuum"]
 
 PAGE_READ_SECONDS = Histogram(
     "oreo_page_read_seconds",

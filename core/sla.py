@@ -146,8 +146,8 @@ def flush() -> None:
         _dirty.clear()
         _last_flush = time.monotonic()
         current = _hour(datetime.now(UTC))
-        for key in [k for k in _tallies if k[1] != current and k not in dict(dirty)]:
-            del _tallies[key]  # written already; a past hour gets no more reads
+        for key in [k for k in _tallies if k[1] != current]:
+            del _tallies[key]  # its last counts are in ``dirty`` or already written: a past hour gets no more
     for (folder, hour), doc in dirty:
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -392,18 +392,26 @@ def sla_figures(
                 detail=f"{worst.project_id}/{worst.dataset_id}: {worst.small_files:,} of {worst.files:,} files",
             )
         )
-    status = engine.engine_status()
-    figures.append(
-        SlaFigure(
-            name="Engine",
-            value=1.0 if status.state == "ready" else 0.0,
-            text=status.state,
-            target="ready",
-            ok=status.state == "ready" if status.state != "idle" else None,
-            detail=status.error or ("not started in this process" if status.state == "idle" else ""),
-        )
-    )
+    figures.append(_engine_figure(engine.engine_status()))
     return figures
+
+
+def _engine_figure(status: Any) -> SlaFigure:
+    """Ready is ok and failed is not; starting (or never started in this process) is not judged yet."""
+    details = {
+        "idle": "not started in this process",
+        "starting": f"starting for {status.elapsed_s:.0f} s"
+        + (f" (the last start took {status.expected_s:.0f} s)" if status.expected_s else ""),
+        "failed": status.error or "",
+    }
+    return SlaFigure(
+        name="Engine",
+        value=1.0 if status.state == "ready" else 0.0,
+        text=status.state,
+        target="ready",
+        ok={"ready": True, "failed": False}.get(status.state),
+        detail=details.get(status.state, ""),
+    )
 
 
 def _read_figure(kept: _Tally) -> SlaFigure:

@@ -107,7 +107,7 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
     st.rerun()
 
 
-SLA_STATUS = {True: "✅ ok", False: "⚠️ over target", None: "— no data"}
+SLA_STATUS = {True: "✅ ok", False: "⚠️ over target", None: "— nothing to judge"}
 
 
 def sla_frame(figures: list[sla.SlaFigure]) -> pd.DataFrame:
@@ -129,9 +129,10 @@ with oreo_errors():
         "Seed 004's targets, as the Prometheus alerts watch them (`monitoring/prometheus/alerts/oreo.yml`). "
         "Reads, imports and approvals count every app and API process of this workspace."
     )
-    st.dataframe(sla_frame(figures), hide_index=True, width="stretch", key="admin_sla")
-    if breached:
-        st.warning("Over target: " + ", ".join(breached) + ".", icon=":material/warning:")
+    with st.container(key="admin_sla"):
+        st.dataframe(sla_frame(figures), hide_index=True, width="stretch", key="admin_sla_table")
+        if breached:
+            st.warning("Over target: " + ", ".join(breached) + ".", icon=":material/warning:")
 
 options = [o for o in dataset_options(user) if split_dataset(o)[0] in admin_projects]
 with oreo_errors():

@@ -234,7 +234,7 @@ def test_a_quiet_workspace_shows_no_data_rather_than_a_breach(workspace: Catalog
     at = _admin()
 
     table = next(d.value for d in at.dataframe if "figure" in d.value.columns).set_index("figure")
-    assert table.loc["Page read p95", "status"] == "— no data"
+    assert table.loc["Page read p95", "status"] == "— nothing to judge"
     assert table.loc["Import throughput", "last 24 h"] == "no imports"
     assert table.loc["Approval failures", "last 24 h"] == "0"
     assert not has_text(at.warning, "Over target")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core import sla
+from core.engine import EngineStatus
 
 
 def _bucketed(*seconds: float) -> list[int]:
@@ -75,3 +76,17 @@ def test_an_unreadable_tally_file_is_skipped() -> None:
     sla.record_approval("merged")
 
     assert sla.tallies(24).approvals == {"merged": 1}
+
+
+@pytest.mark.parametrize(
+    ("status", "ok", "detail"),
+    [
+        (EngineStatus("ready", 50.0, 48.0), True, ""),
+        (EngineStatus("starting", 12.4, 48.0), None, "starting for 12 s (the last start took 48 s)"),
+        (EngineStatus("failed", 3.0, None, "could not start Spark: no Java"), False, "could not start Spark: no Java"),
+        (EngineStatus("idle", 0.0, None), None, "not started in this process"),
+    ],
+)
+def test_the_engine_is_judged_once_it_started_or_failed(status: EngineStatus, ok: bool | None, detail: str) -> None:
+    figure = sla._engine_figure(status)
+    assert (figure.text, figure.ok, figure.detail) == (status.state, ok, detail)

@@ -377,8 +377,7 @@ def sla_figures(
                 text=f"{days:.1f}",
                 target=f"≤ {VACUUM_MAX_DAYS:g}",
                 ok=days <= VACUUM_MAX_DAYS,
-                detail=f"{stale.project_id}/{stale.dataset_id}"
-                + ("" if stale.last_vacuum else " (never vacuumed: days since it was created)"),
+                detail=f"{stale.project_id}/{stale.dataset_id}" + ("" if stale.last_vacuum else ", never vacuumed"),
             )
         )
         worst = max(health, key=lambda t: (t.files >= SMALL_FILE_MIN_FILES, t.small_file_ratio))
@@ -423,7 +422,7 @@ def _read_figure(kept: _Tally) -> SlaFigure:
         text="no reads" if p95 is None else f"{p95:.2f} s",
         target=f"< {READ_P95_MAX_S:g} s",
         ok=None if p95 is None else p95 < READ_P95_MAX_S,
-        detail=f"{reads:,} page reads",
+        detail=f"{reads:,} page read{'' if reads == 1 else 's'}",
     )
 
 
@@ -451,5 +450,6 @@ def _approval_figure(kept: _Tally) -> SlaFigure:
         text=f"{failed:,}",
         target="0",
         ok=failed == 0,
-        detail=f"of {done:,} approvals" + (f" ({others})" if others else ""),
+        detail=(f"of {done:,} approval{'' if done == 1 else 's'}" if done else "no approvals")
+        + (f" ({others})" if others else ""),
     )

@@ -107,7 +107,8 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
     st.rerun()
 
 
-SLA_STATUS = {True: "✅ ok", False: "⚠️ over target", None: "— nothing to judge"}
+# Words, not emoji: the grid draws on a canvas, whose fonts may have no emoji.
+SLA_STATUS = {True: "ok", False: "OVER TARGET", None: "not judged"}
 
 
 def sla_frame(figures: list[sla.SlaFigure]) -> pd.DataFrame:

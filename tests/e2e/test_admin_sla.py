@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -86,7 +88,7 @@ def test_an_admin_reads_the_service_levels_and_the_side_port_counts_the_reads(
     settle: Settle,
     shots: Path,
 ) -> None:
-    _server, port = metrics_server
+    server, port = metrics_server
     page = page_1400
     before = scrape(port)
     assert before["oreo_table_files{dataset=customers,project=demo}"] >= 1
@@ -113,3 +115,20 @@ def test_an_admin_reads_the_service_levels_and_the_side_port_counts_the_reads(
     expect(cell(table, 2, "last 24 h")).to_have_text("0")
     expect(cell(table, 6, "figure")).to_have_text("Engine")
     page.screenshot(path=str(shots / "admin_sla.png"))
+
+    # Another process (an API server, say) tallied two failed approvals and an import at 400 rows/s this hour.
+    folder = server.data_root / "logs" / "sla"
+    folder.mkdir(parents=True, exist_ok=True)
+    other = {"approvals": {"failed": 2, "merged": 3}, "import_rows": 4000, "import_seconds": 10.0}
+    (folder / f"{datetime.now(UTC):%Y%m%d%H}-1-other.json").write_text(json.dumps(other))
+    page.get_by_role("link", name="Datasets").click()
+    settle(page, page.get_by_role("heading", name="Datasets"))
+    page.get_by_role("link", name="Admin").click()
+    settle(page, page.get_by_role("heading", name="Service levels, last 24 hours"))
+    expect(cell(table, 1, "last 24 h")).to_have_text("400 rows/s")
+    expect(cell(table, 1, "status")).to_have_text("OVER TARGET")
+    expect(cell(table, 2, "last 24 h")).to_have_text("2")
+    expect(cell(table, 2, "detail")).to_have_text("of 5 approvals (3 merged)")
+    alert = page.get_by_test_id("stAlertContainer").filter(has_text="Over target:")
+    expect(alert).to_contain_text("Import throughput, Approval failures")
+    page.screenshot(path=str(shots / "admin_sla_breached.png"))

@@ -290,7 +290,8 @@ def _table_families(catalog: Any) -> list[Metric]:
         ),
         "vacuum": GaugeMetricFamily(
             "oreo_last_vacuum_timestamp_seconds",
-            "Unix time of a main table's last VACUUM, or of its creation when never vacuumed.",
+            "Unix time of a main table's last VACUUM (its Delta log, or a maintain run that found nothing to "
+            "delete), or of its creation when never vacuumed.",
             labels=labels,
         ),
     }

@@ -9,7 +9,8 @@ figures here come from what outlives a process:
   hours asked for, over every process and restart. Tallies older than two days are removed;
 * open requests' ages: the catalog;
 * days since the last VACUUM and the small-file ratio: each ``main`` table's Delta log,
-  read once per table version (``table_health``);
+  read once per table version, and the audit log's maintenance runs (a VACUUM that found
+  nothing to delete commits nothing, but it ran: ``table_health``);
 * the engine's state: this process's shared session (``core.engine.engine_status``).
 
 ``core.metrics`` exports the same quantities to Prometheus; ``monitoring/prometheus/alerts/
@@ -210,7 +211,12 @@ def quantile(q: float, buckets: list[int]) -> float | None:
 
 @dataclass(frozen=True)
 class TableHealth:
-    """What the alerts watch on one dataset: its ``main`` files, the last VACUUM, leftovers."""
+    """What the alerts watch on one dataset: its ``main`` files, the last VACUUM, leftovers.
+
+    ``last_vacuum`` is the later of the Delta log's last ``VACUUM END`` and the last
+    successful ``maintain`` run with a VACUUM step (one that found nothing to delete
+    commits nothing).
+    """
 
     project_id: str
     dataset_id: str
@@ -263,6 +269,29 @@ def _main_stats(path: Path, version: int | None) -> Any:
     return stats
 
 
+def _vacuum_runs(catalog: Catalog, project_ids: list[str] | None) -> dict[tuple[str, str], datetime]:
+    """When each dataset's last successful ``maintain`` run with a VACUUM step ended (the audit log)."""
+    from sqlalchemy import select
+
+    from core.catalog import AuditEventRow
+    from core.maintenance import MaintenanceRun
+
+    query = select(AuditEventRow.project_id, AuditEventRow.dataset_id, AuditEventRow.ts, AuditEventRow.details).where(
+        AuditEventRow.name == MaintenanceRun.name
+    )
+    if project_ids is not None:
+        query = query.where(AuditEventRow.project_id.in_(project_ids))
+    last: dict[tuple[str, str], datetime] = {}
+    with catalog.session() as s:
+        for project_id, dataset_id, ts, details in s.execute(query):
+            if "vacuum" not in (details or {}).get("steps", []) or (details or {}).get("error"):
+                continue
+            key = (str(project_id), str(dataset_id))
+            if key not in last or ts > last[key]:
+                last[key] = ts
+    return last
+
+
 def table_health(catalog: Catalog, project_ids: list[str] | None = None) -> list[TableHealth]:
     """Every dataset's health (or those of ``project_ids``); a table whose log cannot be read is left out."""
     from sqlalchemy import select
@@ -276,6 +305,7 @@ def table_health(catalog: Catalog, project_ids: list[str] | None = None) -> list
         if project_ids is not None:
             query = query.where(DatasetRow.project_id.in_(project_ids))
         rows = [(r.project_id, r.dataset_id, r.delta_version, r.created_at) for r in s.scalars(query)]
+    vacuum_runs = _vacuum_runs(catalog, project_ids)
     health: list[TableHealth] = []
     for project_id, dataset_id, version, created_at in rows:
         layout = layout_for(project_id, dataset_id)
@@ -292,7 +322,10 @@ def table_health(catalog: Catalog, project_ids: list[str] | None = None) -> list
                 files=stats.files,
                 small_files=stats.small_files,
                 size_bytes=stats.size_bytes,
-                last_vacuum=stats.last_vacuum,
+                last_vacuum=max(
+                    (t for t in (stats.last_vacuum, vacuum_runs.get((project_id, dataset_id))) if t is not None),
+                    default=None,
+                ),
                 created_at=created_at,
                 staging_bytes=_folder_bytes(layout.staging_root),
                 live_edit_bytes=_folder_bytes(layout.live_edit_root),

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
-from core import change_requests, history, imports, maintenance, merge, metrics, notify, reads, sessions, sla
+from core import audit, change_requests, history, imports, maintenance, merge, metrics, notify, reads, sessions, sla
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, OutboxRow, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -205,3 +205,23 @@ def test_a_bad_metrics_port_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) 
         metrics.metrics_port()
     monkeypatch.setenv("OREO_METRICS_PORT", "0")
     assert metrics.metrics_port() == 0
+
+
+def test_a_vacuum_run_that_deleted_nothing_still_counts_as_the_last_vacuum(catalog: Catalog) -> None:
+    """Such a run commits nothing to the Delta log; its audit event says it ran (a failed one does not)."""
+    created = value(scrape(), "oreo_last_vacuum_timestamp_seconds", project=PROJECT, dataset=DATASET)
+    ran, later = datetime(2030, 1, 2, tzinfo=UTC), datetime(2030, 1, 3, tzinfo=UTC)
+
+    def run(run_id: str, at: datetime, steps: list[str], error: str | None = None) -> None:
+        with catalog.session() as s:
+            event = maintenance.MaintenanceRun(
+                actor="ada", project_id=PROJECT, dataset_id=DATASET, ts=at, run_id=run_id, steps=steps, error=error
+            )
+            audit.record(s, event)
+
+    run("mnt_1", ran, ["retention", "vacuum"])
+    run("mnt_2", later, ["retention", "vacuum"], error="catalog sync failed: the catalog is unavailable")
+    run("mnt_3", later, ["retention", "optimize"])
+
+    assert created < ran.timestamp()
+    assert value(scrape(), "oreo_last_vacuum_timestamp_seconds", project=PROJECT, dataset=DATASET) == ran.timestamp()

@@ -38,6 +38,8 @@ VOLUME ["/data"]
 EXPOSE 8501
 # The HTTP API: `docker run -p 8600:8600 oreo:local oreo api --host 0.0.0.0` (README "HTTP API").
 EXPOSE 8600
+# Prometheus metrics of the app (core.metrics.serve, OREO_METRICS_PORT).
+EXPOSE 9464
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s CMD python -c "import urllib.request; urllib.request.urlopen('http://localhost:8501/_stcore/health')"
 ENTRYPOINT ["tini", "--"]
 CMD ["streamlit", "run", "app/main.py", "--server.port=8501", "--server.address=0.0.0.0", "--server.headless=true"]

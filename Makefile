@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup setup-test jars chromium postgres demo lint typecheck bench bench-cluster clean
+.PHONY: run test setup setup-test jars chromium postgres promtool demo lint typecheck bench bench-cluster clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 ## and the HTTP API on http://localhost:8600 (scripts/run.sh: the API stops when the app does)
@@ -13,7 +13,7 @@ run: setup jars demo
 	BIN=$(BIN) scripts/run.sh
 
 ## test: install everything (test tools, Chromium, PostgreSQL), then run the whole suite
-test: setup-test jars chromium postgres
+test: setup-test jars chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
@@ -44,6 +44,10 @@ postgres:
 
 chromium:
 	@test -x /usr/bin/chromium || scripts/install_chromium.sh
+
+## promtool: Debian's promtool binary into .venv/bin, for the alert-rule tests (no Prometheus server)
+promtool: setup
+	@test -x $(BIN)/promtool || scripts/install_promtool.sh $(BIN)
 
 demo: setup
 	$(BIN)/oreo demo

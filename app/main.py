@@ -3,7 +3,8 @@
 The file plays two parts. ``streamlit run app/main.py`` finds the ``st.App`` below and
 imports this file once as the server's ASGI app, whose lifespan starts the shared Spark
 session in the background as the server starts (one JVM per server process, shared by
-every browser session), plus the sender that drains the notification outbox, and whose
+every browser session), plus the sender that drains the notification outbox and the
+Prometheus side port (``core.metrics.serve``, ``OREO_METRICS_PORT``), and whose
 ``/oreo/engine`` endpoint says how far that start is.
 Every browser session then runs this file as its page script (``__name__ == "__main__"``),
 which signs the user in and routes to a page.
@@ -29,7 +30,7 @@ from app.components import (
     sync_session_cookie,
     take_deep_link,
 )
-from core import auth, engine, notify
+from core import auth, engine, metrics, notify
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
@@ -105,6 +106,7 @@ async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, and log when it is ready."""
     engine.start_in_background()
     notify.start_background_drainer(None)  # sends the notification outbox, one drainer per server process
+    metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)
     announce = asyncio.create_task(_announce_engine())
     yield
     announce.cancel()

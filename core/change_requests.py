@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from core import audit, diff, disk, engine, notify, reads, sessions, validation
+from core import audit, diff, disk, engine, metrics, notify, reads, sessions, validation
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
@@ -515,6 +515,7 @@ def record_change_request(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    metrics.stage_timings(stages)
     if announce:
         notify.emit(
             catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author
@@ -1055,6 +1056,7 @@ def revise_change_request(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    metrics.stage_timings(stages)
     mark_submitted(layout, info.session_id, cr_id)
     notify.emit(
         catalog, "revised", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core import logs
+from core import logs, metrics
 from core.config import get_settings
 from core.errors import EngineError
 
@@ -206,9 +206,11 @@ def get_spark() -> SparkSession:
     with _lock:
         if _spark is None:
             logged_before = logs.size(logs.spark_log())
+            started = time.monotonic()
             try:
                 with _jvm_output_to_log():
                     _spark = _build_session()
+                metrics.engine_started(time.monotonic() - started)
             except Exception as exc:  # JVM/gateway/gRPC failures have no common base class
                 text = str(exc).strip()
                 error = EngineError(f"could not start Spark: {text.splitlines()[0] if text else type(exc).__name__}")

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from core import audit, damage, diff, disk, engine, merge, reads
+from core import audit, damage, diff, disk, engine, merge, metrics, reads
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
 from core.datasets import get_dataset, layout_for, stable_order, sync_dataset
@@ -840,7 +840,8 @@ def restore_version(
             report(f"Restoring version {version}")
             checked = engine.latest_version(main)
             commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
-            new_version = _run_restore(main, name, version, commit, checked)
+            with metrics.timed_operation("restore"):
+                new_version = _run_restore(main, name, version, commit, checked)
     report("Updating the catalog")
     sync_dataset(catalog, project_id, dataset_id, commit, version=new_version)
     with catalog.session() as s:

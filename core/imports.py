@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import select
 
-from core import audit, engine, reads, schema, validation
+from core import audit, engine, metrics, reads, schema, validation
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, utcnow
 from core.change_requests import (
@@ -695,7 +695,8 @@ def submit_import(
     staging = layout.staging(cr_id)
     commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
     report(0.1, f"Staging {upload.rows:,} rows with Spark")
-    _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
+    with metrics.timed_import_write(upload.rows):
+        _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
     run: validation.ValidationRun | None = None
     try:
         given = sum(1 for c in plan.columns if c.status != "absent")

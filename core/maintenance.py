@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sqlalchemy import select
 
 from core import audit, engine, reads
+from core import metrics as oreo_metrics
 from core.auth import Role, User, memberships, require_role
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow
 from core.config import get_settings
@@ -204,6 +205,11 @@ def _stats(main: Path) -> TableStats:
         last_optimize=last.get("OPTIMIZE"),
         last_vacuum=last.get("VACUUM END"),
     )
+
+
+def main_table_stats(main: Path) -> TableStats:
+    """``table_stats`` of a ``main`` folder, with no permission check (``core.sla`` and ``core.metrics``)."""
+    return _stats(main)
 
 
 def table_stats(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> TableStats:
@@ -644,7 +650,7 @@ def maintain(
             )
             start, first = engine.latest_version(main), _stats(main)
             commit = engine.new_commit(actor.username, "optimize", run_id=run_id, zorder=zorder_columns)
-            with _spark_step("OPTIMIZE", target):
+            with oreo_metrics.timed_operation("optimize"), _spark_step("OPTIMIZE", target):
                 metrics = _optimize(main, zorder_columns, commit)
             end = engine.latest_version(main)
             if end > start:
@@ -666,7 +672,7 @@ def maintain(
                 dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
             )
             commit = engine.new_commit(actor.username, "vacuum", run_id=run_id, retain_hours=hours)
-            with _spark_step("VACUUM", target):
+            with oreo_metrics.timed_operation("vacuum"), _spark_step("VACUUM", target):
                 deletable = _vacuum(main, hours, table_hours is None or hours < table_hours, commit)
             end = engine.latest_version(main)
             if end > start:

@@ -51,7 +51,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from core import audit, disk, engine, notify, reads
+from core import audit, disk, engine, metrics, notify, reads
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, DatasetRow, utcnow
 from core.change_requests import (
@@ -450,6 +450,7 @@ def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit
 def _raise_on_conflicts(record: ChangeRequest, main: Path, staging: Path) -> None:
     conflicts = conflicts_since(main, staging, record.base_version)
     if conflicts:
+        metrics.conflicts_found(len(conflicts))
         shown = ", ".join(f"{c.row_id}.{c.column or '*'} (v{c.version})" for c in conflicts[:_SHOWN])
         more = f" and {len(conflicts) - _SHOWN} more" if len(conflicts) > _SHOWN else ""
         raise ConflictError(
@@ -458,6 +459,7 @@ def _raise_on_conflicts(record: ChangeRequest, main: Path, staging: Path) -> Non
         )
 
 
+@metrics.counts_approvals
 def approve_change_request(
     catalog: Catalog,
     cr_id: str,
@@ -594,7 +596,8 @@ def _merge_open_request(
         try:
             with writing(catalog, record.project_id, record.dataset_id, what=_lease_name(cr_id)):
                 _record_approval_started(catalog, record, actor)
-                _merge_with_retries(record, main, staging, commit)
+                with metrics.timed_operation("merge"):
+                    _merge_with_retries(record, main, staging, commit)
         except OreoError:  # conflicts, failed checks, an unreachable catalog: already one clean line
             raise
         except _retryable() as exc:
@@ -615,9 +618,10 @@ def _merge_open_request(
         commit_id=str(meta["commit_id"]), actor=str(meta.get("actor")), action=MERGE_ACTION, extra={"cr_id": cr_id}
     )
     sync_dataset(catalog, record.project_id, record.dataset_id, commit, version=version)
-    merged = _mark_merged(
-        catalog, record, actor, version, comment, commit.commit_id, meta.get("validation_run_id"), clock.timings()
-    )
+    stages = clock.timings()
+    run_id = meta.get("validation_run_id")
+    merged = _mark_merged(catalog, record, actor, version, comment, commit.commit_id, run_id, stages)
+    metrics.stage_timings(stages)
     remove_leftovers(merged)
     notify.emit(
         catalog, "approved", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,

@@ -46,7 +46,7 @@ import httpx
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from core import audit
+from core import audit, metrics
 from core.auth import Role, User, require_role
 from core.catalog import (
     Catalog,
@@ -624,6 +624,7 @@ def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> Dr
             continue  # another drainer took it
         error = _attempt(catalog, claimed, settings)
         outcome = _record_outcome(catalog, row_id, now, error)
+        metrics.notification_attempt(claimed.channel, outcome.state)
         {"sent": report.sent, "pending": report.failed, "dead": report.dead}[outcome.state].append(outcome)
     return report
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 
-from core import damage
+from core import damage, metrics
 from core.errors import EngineError, InvalidInput, NotFound
 from core.filters import Condition, check_conditions, condition_sql, where_sql
 
@@ -656,6 +657,7 @@ def read_page(
         InvalidInput: Unknown column, a filter value that does not fit its column, bad limit/offset.
         NotFound: No table at ``path`` or no such version.
     """
+    started = time.perf_counter()
     check_page(limit, offset)
     _require_table(path)
     filters = filters or []
@@ -693,6 +695,7 @@ def read_page(
     finally:
         for view in views:
             cursor().unregister(view)
+    metrics.page_read(time.perf_counter() - started)
     return Page(rows=frame, total=total)
 
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from core import audit, reads
+from core import audit, metrics, reads
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow
 from core.config import get_settings
@@ -640,6 +640,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
                 events.append(_event(info, actor, op.row_id, op.column, original, original))
     updated, table = _append(layout, info, events, cached.table)
     _events_cache[session_id] = _Cached(updated.last_activity, stored + events, table)
+    metrics.edit_saved(len(ops))
     return len(_fold(stored + events))
 
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from core import rules
+from core import metrics, rules
 from core.catalog import utcnow
 from core.errors import EngineError, InvalidInput, NotFound
 from core.layout import DatasetLayout, new_id
@@ -463,6 +463,7 @@ def validate_frame(
         checks=checks,
     )
 
+    metrics.validation_run(status, [(c.severity, c.success) for c in checks])
     folder = layout.validation_run(run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(

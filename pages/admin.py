@@ -1,4 +1,5 @@
-"""Table maintenance for project admins: stats, OPTIMIZE (with ZORDER), VACUUM, checkpoints, cleanup, notifications."""
+"""Table maintenance for project admins: service levels, stats, OPTIMIZE (with ZORDER), VACUUM, checkpoints, cleanup,
+notifications."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from app.components import (
     split_dataset,
     wait_for_engine,
 )
-from core import auth, datasets, maintenance, notify
+from core import auth, datasets, maintenance, notify, sla
 from core.config import get_settings
 from core.errors import OreoError
 
@@ -105,6 +106,34 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
     flash(f"{title} finished.")
     st.rerun()
 
+
+# Words, not emoji: the grid draws on a canvas, whose fonts may have no emoji.
+SLA_STATUS = {True: "ok", False: "OVER TARGET", None: "not judged"}
+
+
+def sla_frame(figures: list[sla.SlaFigure]) -> pd.DataFrame:
+    """Seed 004's service levels as rows: figure, value, target, status, what it is about."""
+    return pd.DataFrame(
+        [
+            {"figure": f.name, "last 24 h": f.text, "target": f.target, "status": SLA_STATUS[f.ok], "detail": f.detail}
+            for f in figures
+        ],
+        columns=["figure", "last 24 h", "target", "status", "detail"],
+    )
+
+
+with oreo_errors():
+    st.subheader("Service levels, last 24 hours", anchor=False)
+    figures = sla.sla_figures(catalog(), actor=user)
+    breached = [f.name for f in figures if f.ok is False]
+    st.caption(
+        "Seed 004's targets, as the Prometheus alerts watch them (`monitoring/prometheus/alerts/oreo.yml`). "
+        "Reads, imports and approvals count every app and API process of this workspace."
+    )
+    with st.container(key="admin_sla"):
+        st.dataframe(sla_frame(figures), hide_index=True, width="stretch", key="admin_sla_table")
+        if breached:
+            st.warning("Over target: " + ", ".join(breached) + ".", icon=":material/warning:")
 
 options = [o for o in dataset_options(user) if split_dataset(o)[0] in admin_projects]
 with oreo_errors():

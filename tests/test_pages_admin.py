@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -9,8 +10,8 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import auth, maintenance, sessions
-from core.catalog import Catalog, open_catalog, reset_catalogs
+from core import auth, maintenance, sessions, sla
+from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
 from core.config import get_settings
 from tests.page_support import (
     PASSWORD,
@@ -21,6 +22,7 @@ from tests.page_support import (
     pending,
     seed_workspace,
     signed_in,
+    submit,
     texts,
     user,
 )
@@ -191,3 +193,48 @@ def test_cleanup_dry_run_lists_without_removing(workspace: Catalog) -> None:
     at.button(key="admin_cleanup").click().run(timeout=300)
     assert has_text(at.markdown, "Removed **1** session(s)")
     assert pending(workspace, "erin") == []
+
+
+def test_admin_sees_the_service_levels_of_the_last_24_hours(workspace: Catalog) -> None:
+    """Seed 004's figures from the tallies and the catalog: each breach is named, the rest are ok."""
+    for seconds in [0.2] * 18 + [7.0] * 2:  # 20 reads; the 19th is in the (5, 10] bucket: p95 = 7.5 s
+        sla.record_read(seconds)
+    sla.record_import(3000, 6.0)  # 500 rows/s
+    sla.record_approval("merged")
+    sla.record_approval("failed")
+    old = submit(workspace, "erin", "Old request", sessions.SetCell("1000", "plan", "pro"))
+    with workspace.session() as s:
+        row = s.get(ChangeRequestRow, old)
+        assert row is not None
+        row.created_at = datetime.now(UTC) - timedelta(days=10)
+
+    at = _admin()
+
+    table = next(d.value for d in at.dataframe if "figure" in d.value.columns).set_index("figure")
+    assert list(table.columns) == ["last 24 h", "target", "status", "detail"]
+    shown = {name: (row["last 24 h"], row["status"]) for name, row in table.iterrows()}
+    assert shown == {
+        "Page read p95": ("7.50 s", "OVER TARGET"),
+        "Import throughput": ("500 rows/s", "OVER TARGET"),
+        "Approval failures": ("1", "OVER TARGET"),
+        "Requests open > 7 days": ("1", "OVER TARGET"),
+        "Days since VACUUM": ("0.0", "ok"),
+        "Small-file ratio": ("0%", "ok"),
+        "Engine": ("ready", "ok"),
+    }
+    assert table.loc["Approval failures", "detail"] == "of 2 approvals (1 merged)"
+    assert table.loc["Days since VACUUM", "detail"] == "shop/orders, never vacuumed"
+    assert table.loc["Requests open > 7 days", "detail"] == "the oldest for 10.0 days"
+    assert has_text(
+        at.warning, "Over target: Page read p95, Import throughput, Approval failures, Requests open > 7 days."
+    )
+
+
+def test_a_quiet_workspace_shows_no_data_rather_than_a_breach(workspace: Catalog) -> None:
+    at = _admin()
+
+    table = next(d.value for d in at.dataframe if "figure" in d.value.columns).set_index("figure")
+    assert table.loc["Page read p95", "status"] == "not judged"
+    assert table.loc["Import throughput", "last 24 h"] == "no imports"
+    assert table.loc["Approval failures", "last 24 h"] == "0"
+    assert not has_text(at.warning, "Over target")

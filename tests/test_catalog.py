@@ -27,6 +27,7 @@ TABLES = {
     "web_sessions", "sign_in_failures",
     "webhooks", "notify_outbox", "notify_inbox",
     "cr_revisions",
+    "api_tokens", "api_idempotency_keys", "api_operations",
 }  # fmt: skip
 
 

@@ -563,10 +563,12 @@ def test_export_of_a_million_rows_streams_in_constant_memory(server: Server) -> 
         f"{first.growth_mib:.1f} MiB on the first export (DuckDB's COPY buffers), {second.growth_mib:.1f} MiB "
         f"on the second, {second.streaming_growth_mib:.1f} MiB while the body was sent"
     )
-    # The body is never held in memory: sending it does not grow the server, and the whole export (DuckDB's
-    # COPY to a temporary file included, whose buffers vary from run to run) grows it by less than the body.
-    assert body_mib > 50 and second.streaming_growth_mib < body_mib / 10, (second, body_mib)
-    assert max(first.growth_mib, second.growth_mib) < body_mib, (first, second, body_mib)
+    # The body is never held in memory: sending it does not grow the server, and a warm export (DuckDB's
+    # COPY to a temporary file included) grows it by less than the body. The first export is not bounded
+    # by the body: DuckDB's buffer pool fills on it, by 14-93 MiB here, more on a loaded machine.
+    assert body_mib > 50, body_mib
+    assert max(first.streaming_growth_mib, second.streaming_growth_mib) < body_mib / 10, (first, second, body_mib)
+    assert second.growth_mib < body_mib, (second, body_mib)
 
 
 @dataclass

@@ -563,12 +563,10 @@ def test_export_of_a_million_rows_streams_in_constant_memory(server: Server) -> 
         f"{first.growth_mib:.1f} MiB on the first export (DuckDB's COPY buffers), {second.growth_mib:.1f} MiB "
         f"on the second, {second.streaming_growth_mib:.1f} MiB while the body was sent"
     )
-    # The body is never held in memory: sending it does not grow the server, and a warm export (DuckDB's
-    # COPY to a temporary file included) grows it by less than the body. The first export is not bounded
-    # by the body: DuckDB's buffer pool fills on it, by 14-93 MiB here, more on a loaded machine.
+    # The body is never held in memory: sending it does not grow the server. The whole export's growth is
+    # DuckDB's COPY to a temporary file (its buffer pool: 14-184 MiB from run to run, under load too), printed.
     assert body_mib > 50, body_mib
     assert max(first.streaming_growth_mib, second.streaming_growth_mib) < body_mib / 10, (first, second, body_mib)
-    assert second.growth_mib < body_mib, (second, body_mib)
 
 
 @dataclass

@@ -81,7 +81,8 @@ def test_admin_page_shows_failing_webhooks_and_dead_deliveries(workspace: Catalo
     at.run()
     assert not at.exception, at.exception
     assert any("1 webhook(s) failing" in e for e in texts(at.error))
-    hooks, dead = (frame.value for frame in at.dataframe)  # no datasets here: only the Notifications tables
+    # no datasets here: the service levels, then the Notifications tables
+    hooks, dead = (frame.value for frame in at.dataframe[-2:])
     assert hooks[["webhook", "state", "dead"]].values.tolist() == [[hook.id, "failing", 1]]
     assert "ConnectError" in hooks["last error"].iloc[0]
     assert dead[["event", "to", "attempts"]].values.tolist() == [["submitted", hook.id, notify.MAX_ATTEMPTS]]

@@ -15,11 +15,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import prometheus_client
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, routes
 from core import audit, engine
@@ -95,6 +96,65 @@ class _CallAudit:
 _call_audit = _CallAudit()
 
 
+class _Observe:
+    """Times every HTTP request into ``oreo_api_request_seconds`` and audits token calls.
+
+    A plain ASGI middleware: Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``) runs
+    each call through an extra task and memory streams, which cost more server CPU than
+    a page read's own bookkeeping (profiled under 50 concurrent clients).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        tags: dict[str, str] = {}
+        state = scope.setdefault("state", {})
+        state["audit_tags"] = tags
+        started = time.perf_counter()
+        status: int | None = None
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                self._observe(scope, status, started)
+            await send(message)
+
+        try:
+            with audit.tagged(tags):
+                await self.app(scope, receive, send_observed)
+        finally:
+            if status is None:  # no response was started: the server answers 500
+                status = 500
+                self._observe(scope, status, started)
+            if "token_id" in tags:
+                params = scope.get("path_params") or {}
+                _call_audit.add(
+                    audit.ApiRequest(
+                        actor=state.get("username") or "?",
+                        project_id=params.get("project_id"),
+                        dataset_id=params.get("dataset_id"),
+                        method=scope["method"],
+                        route=_template(scope),
+                        status=status,
+                        token_id=tags["token_id"],
+                    )
+                )
+
+    @staticmethod
+    def _observe(scope: Scope, status: int, started: float) -> None:
+        REQUEST_SECONDS.labels(_template(scope), scope["method"], str(status)).observe(time.perf_counter() - started)
+
+
+def _template(scope: Scope) -> str:
+    """The matched route's path template (``/api/v1/change-requests/{cr_id}``), or "-"."""
+    return getattr(scope.get("route"), "path", None) or "-"
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if os.environ.get(WARM_ENGINE_ENV, "1") != "0":
@@ -122,35 +182,7 @@ def create_app() -> FastAPI:
         """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    @app.middleware("http")
-    async def _observe(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        tags: dict[str, str] = {}
-        request.state.audit_tags = tags
-        started = time.perf_counter()
-        status = 500
-        try:
-            with audit.tagged(tags):
-                response = await call_next(request)
-            status = response.status_code
-            return response
-        finally:
-            route = request.scope.get("route")
-            template = getattr(route, "path", None) or "-"
-            REQUEST_SECONDS.labels(template, request.method, str(status)).observe(time.perf_counter() - started)
-            if "token_id" in tags:
-                params = request.path_params
-                _call_audit.add(
-                    audit.ApiRequest(
-                        actor=getattr(request.state, "username", None) or "?",
-                        project_id=params.get("project_id"),
-                        dataset_id=params.get("dataset_id"),
-                        method=request.method,
-                        route=template,
-                        status=status,
-                        token_id=tags["token_id"],
-                    )
-                )
-
+    app.add_middleware(_Observe)
     return app
 
 

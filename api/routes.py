@@ -70,8 +70,8 @@ class _Body(BaseModel):
 
 
 def _document(doc: dict[str, Any], status: int = 200) -> Response:
-    """A CLI document as the response body, encoded once (``core.documents.dumps``: strict JSON)."""
-    return Response(documents.dumps(doc), status_code=status, media_type="application/json")
+    """A CLI document as the response body, encoded once (``core.documents.encode``: strict JSON)."""
+    return Response(documents.encode(doc), status_code=status, media_type="application/json")
 
 
 def _respond(answer: jobs.Answer, *, replayed: bool = False) -> JSONResponse:
@@ -136,6 +136,18 @@ def operation(op_id: str, user: Caller) -> dict[str, Any]:
 @router.get("/projects", tags=["datasets"])
 def project_list(user: Caller) -> dict[str, Any]:
     return {"projects": [documents.project_doc(p) for p in projects.list_projects(_catalog(), user)]}
+
+
+class ProjectCreate(_Body):
+    id: str
+    name: str | None = None
+
+
+@router.post("/projects", tags=["datasets"], status_code=201)
+def project_create(body: ProjectCreate, user: Caller) -> Response:
+    """Create a project (site admins), as ``oreo project create``."""
+    project = projects.create_project(_catalog(), body.id, name=body.name, actor=user)
+    return _document(documents.project_doc(project), 201)
 
 
 @router.get("/projects/{project_id}/datasets", tags=["datasets"])
@@ -357,9 +369,7 @@ def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, 
 def cr_revise(cr_id: str, user: Caller) -> Response:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
-    return _document(
-        documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
-    )
+    return _document(documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user)))
 
 
 class CommentBody(_Body):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 if TYPE_CHECKING:
     from core import change_requests, datasets, diff, history, imports, merge, projects, reads, sessions, validation
@@ -56,15 +57,43 @@ def dumps(document: Any, *, indent: int | None = None) -> str:
     return json.dumps(strict_json(document), default=_jsonable, indent=indent, allow_nan=False)
 
 
+def encode(document: Any) -> bytes:
+    """``dumps`` as compact UTF-8 bytes, encoded by orjson (the API's response bodies).
+
+    Values orjson does not take (datetimes and dates, so they read as ``dumps`` writes them,
+    Decimals, paths, integers wider than 64 bits) go through the same ``_jsonable``.
+    """
+    strict = strict_json(document)
+    try:
+        return orjson.dumps(strict, default=_jsonable, option=orjson.OPT_PASSTHROUGH_DATETIME)
+    except TypeError:  # e.g. an integer wider than 64 bits: the standard library prints it
+        return json.dumps(strict, default=_jsonable, allow_nan=False, separators=(",", ":")).encode()
+
+
 def jsonable(document: Any) -> Any:
     """``document`` as plain JSON values (what ``dumps`` prints, parsed back)."""
     return json.loads(dumps(document))
 
 
 def records(frame: Any) -> list[dict[str, Any]]:
-    """DataFrame rows as JSON-ready dicts (NaN/NaT become null)."""
-    clean = frame.astype(object).where(frame.notna(), None)
-    return [dict(r) for r in clean.to_dict("records")]
+    """DataFrame rows as JSON-ready dicts (NaN, NaT and NA become null).
+
+    Built column by column (``Series.tolist`` is one C loop per column); the frame-wide
+    ``astype(object).where(...)`` and ``to_dict`` it replaces cost most of an API page
+    read's encoding (profiled: 1.5 of 2 ms for 50 rows of 12 columns).
+    """
+    if frame.shape[1] == 0:
+        return [{} for _ in range(len(frame))]
+    names = list(frame.columns)
+    columns = []
+    for position in range(frame.shape[1]):
+        column = frame.iloc[:, position]
+        values = column.tolist()
+        missing = column.isna()
+        if missing.any():
+            values = [None if gone else value for value, gone in zip(values, missing.tolist(), strict=True)]
+        columns.append(values)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 # ---------------------------------------------------------------- projects and datasets

@@ -466,6 +466,22 @@ def test_token_scopes_narrow_and_never_raise(server: Server, people: str) -> Non
         assert c.post(f"/api/v1/change-requests/{cr_id}/withdraw").json()["state"] == "withdrawn"
 
 
+def test_a_site_admin_creates_a_project_and_nobody_else_can(server: Server) -> None:
+    auth.create_user(server.catalog, "root", password="password123", site_admin=True)
+    root = server.token("root")
+    made = httpx.post(f"{server.url}/api/v1/projects", headers=_bearer(root), json={"id": "sales", "name": "Sales"})
+    assert made.status_code == 201, made.text
+    assert made.json() == {"project": "sales", "name": "Sales"}
+    again = httpx.post(f"{server.url}/api/v1/projects", headers=_bearer(root), json={"id": "sales"})
+    assert again.status_code == 409 and "already exists" in again.json()["error"]["message"]
+    bad = httpx.post(f"{server.url}/api/v1/projects", headers=_bearer(root), json={"id": "no such/id"})
+    assert bad.status_code == 400 and "project id" in bad.json()["error"]["message"]
+    refused = httpx.post(f"{server.url}/api/v1/projects", headers=_bearer(server.tokens["boss"]), json={"id": "mine"})
+    assert refused.status_code == 403 and "site admin" in refused.json()["error"]["message"]
+    assert {p.id for p in projects.list_projects(server.catalog, auth.get_user(server.catalog, "root"))} >= {"sales"}
+    assert "mine" not in {p.id for p in projects.list_projects(server.catalog, auth.get_user(server.catalog, "root"))}
+
+
 def test_expired_revoked_garbled_and_missing_tokens_get_401(server: Server) -> None:
     expiring = tokens.create_token(server.catalog, "ed", expires_days=1)
     assert _get(server, expiring.secret, "/api/v1/projects").status_code == 200

@@ -17,9 +17,11 @@ import hashlib
 import json
 import logging
 import secrets
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -111,6 +113,10 @@ def run_now(work: Work) -> Answer:
 # ---------------------------------------------------------------- async operations
 
 _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="oreo-api-operation")
+# The running process refreshes an operation's heartbeat this often; a poll that finds it
+# older than LOST_AFTER (the process was killed or crashed) reports the operation failed.
+HEARTBEAT = timedelta(seconds=5)
+LOST_AFTER = timedelta(seconds=60)
 
 
 def start_operation(catalog: Catalog, user: User, kind: str, work: Work) -> Answer:
@@ -125,6 +131,7 @@ def start_operation(catalog: Catalog, user: User, kind: str, work: Work) -> Answ
                 username=user.username,
                 state="running",
                 created_at=utcnow(),
+                heartbeat_at=utcnow(),
             )
         )
     context = contextvars.copy_context()  # the audit tags (token id) go along into the thread
@@ -134,11 +141,17 @@ def start_operation(catalog: Catalog, user: User, kind: str, work: Work) -> Answ
 
 
 def _run_operation(catalog: Catalog, op_id: str, work: Work) -> None:
+    done = threading.Event()
+    beating = threading.Thread(target=_beat, args=(catalog, op_id, done), name=f"oreo-api-heartbeat-{op_id}")
+    beating.start()
     try:
         answer = run_now(work)
     except Exception as exc:  # a bug: the operation still ends, with a generic error
         logger.error("operation %s failed", op_id, exc_info=exc)
         answer = Answer(500, error_document(500, "internal_error", "internal error; see the server's log"), {})
+    finally:
+        done.set()
+        beating.join()
     with catalog.session() as s:
         row = s.get(OperationRow, op_id)
         if row is None:
@@ -151,12 +164,35 @@ def _run_operation(catalog: Catalog, op_id: str, work: Work) -> None:
             row.state, row.error = "failed", dumps(answer.body["error"])
 
 
+def _beat(catalog: Catalog, op_id: str, done: threading.Event) -> None:
+    while not done.wait(HEARTBEAT.total_seconds()):
+        try:
+            with catalog.session() as s:
+                row = s.get(OperationRow, op_id)
+                if row is not None and row.state == "running":
+                    row.heartbeat_at = utcnow()
+        except Exception:  # the catalog is briefly unreachable: the next beat tries again
+            logger.warning("could not refresh operation %s's heartbeat", op_id, exc_info=True)
+
+
 def operation_document(catalog: Catalog, op_id: str, user: User) -> dict[str, Any]:
-    """An operation as polled: ``{"id", "kind", "state", "status", "result"?, "error"?}`` (its caller's only)."""
+    """An operation as polled: ``{"id", "kind", "state", "status", "result"?, "error"?}`` (its caller's only).
+
+    A running operation whose heartbeat is older than ``LOST_AFTER`` lost its process (killed,
+    crashed or redeployed): it is recorded as failed here, so no poll waits forever.
+    """
     with catalog.session() as s:
         row = s.scalar(select(OperationRow).where(OperationRow.id == op_id))
         if row is None or (row.token_id != _principal(user) and row.username != user.username and not user.site_admin):
             raise NotFound(f"unknown operation {op_id!r}", kind="operation", ident=op_id)
+        last_sign = row.heartbeat_at or row.created_at
+        if row.state == "running" and utcnow() - last_sign > LOST_AFTER:
+            row.state, row.status, row.finished_at = "failed", 500, utcnow()
+            message = (
+                f"the API process running this {row.kind} stopped before it finished (no sign of it since "
+                f"{last_sign:%Y-%m-%d %H:%M:%S} UTC); check the table's history, then retry"
+            )
+            row.error = dumps(error_document(500, "operation_lost", message)["error"])
         doc: dict[str, Any] = {
             "id": row.id,
             "kind": row.kind,

@@ -348,6 +348,8 @@ class OperationRow(Base):
     status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # what the synchronous call answers
     result: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON document
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON error document
+    # Written every few seconds by the process running it; stale means that process died.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Catalog:

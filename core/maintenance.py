@@ -52,7 +52,6 @@ import json
 import math
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +69,15 @@ from core.config import get_settings
 from core.datasets import ROW_ID, get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
 from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
+from core.storage import (
+    Location,
+    ObjectPath,
+    newest_mtime,
+    remove_tree,
+    sort_locations,
+    storage_options_for,
+    write_text_atomic,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,11 +174,11 @@ def _hours_text(hours: float) -> str:
 # ---------------------------------------------------------------- stats
 
 
-def _delta_table(main: Path) -> Any:
+def _delta_table(main: Location) -> Any:
     from deltalake import DeltaTable
 
     try:
-        return DeltaTable(str(main))
+        return DeltaTable(str(main), storage_options=storage_options_for(main))
     except Exception as exc:  # delta-rs raises TableNotFoundError, OSError... without a common base
         raise EngineError(f"could not read the Delta log of {main}: {str(exc).splitlines()[0]}") from exc
 
@@ -185,7 +193,7 @@ def _small_files(sizes: list[int], threshold: int) -> int:
     return small if small >= 2 else 0
 
 
-def _stats(main: Path) -> TableStats:
+def _stats(main: Location) -> TableStats:
     import pyarrow as pa
 
     table = _delta_table(main)
@@ -207,7 +215,7 @@ def _stats(main: Path) -> TableStats:
     )
 
 
-def main_table_stats(main: Path) -> TableStats:
+def main_table_stats(main: Location) -> TableStats:
     """``table_stats`` of a ``main`` folder, with no permission check (``core.sla`` and ``core.metrics``)."""
     return _stats(main)
 
@@ -549,13 +557,11 @@ def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
 # ---------------------------------------------------------------- maintain
 
 
-def _write_report(folder: Path, run_id: str, report: dict[str, Any]) -> Path:
+def _write_report(folder: Location, run_id: str, report: dict[str, Any]) -> Location:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{run_id}.json"
     report["report"] = str(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=str))
-    tmp.replace(path)  # atomic: a reader never sees half a report
+    write_text_atomic(path, json.dumps(report, indent=2, default=str))  # a reader never sees half a report
     return path
 
 
@@ -777,7 +783,7 @@ class _Removal:
         return f"{self.layout.project_id}/{self.layout.dataset_id}/{self.ident}"
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Location:
         if self.kind == "session":
             return self.layout.session_dir(self.ident)
         if self.kind == "staging":
@@ -785,8 +791,10 @@ class _Removal:
         return self.layout.upload(self.ident)
 
 
-def _touched(path: Path) -> datetime:
+def _touched(path: Location) -> datetime:
     """When anything in ``path`` last changed (newest mtime of it and everything below)."""
+    if isinstance(path, ObjectPath):
+        return datetime.fromtimestamp(newest_mtime(path), tz=UTC)
     newest = path.stat().st_mtime
     for folder, _dirs, files in os.walk(path):
         newest = max(newest, Path(folder).stat().st_mtime)
@@ -798,11 +806,11 @@ def _touched(path: Path) -> datetime:
     return datetime.fromtimestamp(newest, tz=UTC)
 
 
-def _children(folder: Path) -> list[Path]:
+def _children(folder: Location) -> list[Location]:
     """Sub-folders named like Oreo ids (anything else is not ours to judge)."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and ID_PATTERN.fullmatch(p.name))
+    return sort_locations([p for p in folder.iterdir() if p.is_dir() and ID_PATTERN.fullmatch(p.name)])
 
 
 def _expired_sessions(
@@ -947,7 +955,7 @@ def cleanup(
                 except ConflictError:  # submitted or reopened meanwhile: it is a request's now
                     kept.append(item)
             else:
-                shutil.rmtree(item.path, ignore_errors=True)
+                remove_tree(item.path)
         removals = [item for item in removals if item not in kept]
 
     def labels(kind: str) -> list[str]:

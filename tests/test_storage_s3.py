@@ -21,7 +21,7 @@ import pytest
 
 from core import reads, sessions, storage
 from core.config import get_settings
-from core.errors import InvalidInput
+from core.errors import EngineError, InvalidInput
 from core.layout import dataset_layout
 from core.storage import ObjectPath
 
@@ -103,6 +103,8 @@ def test_object_layout_keeps_ids_and_checks() -> None:
         layout.session_dir("../main")
     with pytest.raises(InvalidInput, match="invalid object key"):
         storage.location("s3://bucket/a/../b")
+    with pytest.raises(EngineError, match="not available on object storage"):
+        storage.local_path(layout.main, "the table checks")
 
 
 def test_engine_settings_come_from_the_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:

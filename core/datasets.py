@@ -33,7 +33,7 @@ from core.errors import AlreadyExists, EngineError, InvalidInput, NotFound, Oreo
 from core.filters import Condition
 from core.ingest import RESERVED_COLUMNS, file_kind, parse_table, read_input_file
 from core.layout import DatasetLayout, dataset_layout, new_id, validate_id
-from core.storage import Location, ObjectPath, arrow_target, remove_tree, spark_uri, write_text_atomic
+from core.storage import Location, ObjectPath, arrow_target, location, remove_tree, spark_uri, write_text_atomic
 
 ROW_ID = "row_id"
 _SHOWN_OFFENDERS = 10
@@ -488,8 +488,8 @@ def dataset_columns(info: DatasetInfo, version: int | None = None) -> list[reads
     Raises:
         TableDamaged: The table's log or current files are damaged (the message names the file).
     """
-    damage.raise_if_damaged(Path(info.path), f"{info.project_id}/{info.dataset_id}")
-    return reads.table_schema(Path(info.path), version if version is not None else info.version)
+    damage.raise_if_damaged(location(info.path), f"{info.project_id}/{info.dataset_id}")
+    return reads.table_schema(location(info.path), version if version is not None else info.version)
 
 
 def dataset_rows(
@@ -522,7 +522,7 @@ def dataset_rows(
         )
     snapshot = version if version is not None else info.version
     return reads.read_page(
-        Path(info.path),
+        location(info.path),
         version=snapshot,
         filters=filters,
         conditions=conditions,
@@ -590,7 +590,7 @@ def propose_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: 
     """The dataset's suite with its inferred rules proposed afresh from the current data (nothing stored)."""
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
-    inferred = rules.infer_rules(Path(info.path), info.version, dataset_columns(info))
+    inferred = rules.infer_rules(location(info.path), info.version, dataset_columns(info))
     return rules.with_inferred(suite, inferred)
 
 

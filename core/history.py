@@ -46,7 +46,7 @@ from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
 from core.datasets import get_dataset, layout_for, stable_order, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, TableDamaged
-from core.storage import Location, ObjectPath
+from core.storage import Location, ObjectPath, arrow_target, is_object_uri, location, object_files
 from core.writer import writing
 
 RESTORE_ACTION = "restore"
@@ -230,10 +230,11 @@ def _read_checkpoint(files: list[str]) -> tuple[list[dict[str, Any]], dict[str, 
     adds: list[dict[str, Any]] = []
     metadata: dict[str, Any] | None = None
     for file in files:
-        names = set(pq.read_schema(file).names)
+        where, filesystem = arrow_target(location(file))
+        names = set(pq.read_schema(where, filesystem=filesystem).names)
         if "sidecar" in names:
             raise _Unreadable("v2 checkpoints with sidecars are not replayed")
-        table = pq.read_table(file, columns=[c for c in ("add", "metaData") if c in names])
+        table = pq.read_table(where, columns=[c for c in ("add", "metaData") if c in names], filesystem=filesystem)
         if "add" in names:
             adds += [a for a in table.column("add").to_pylist() if a]
         if "metaData" in names:
@@ -266,8 +267,12 @@ def _read_log(table: Location) -> _Log:
     if not jsons:
         raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
     listings: dict[str, set[str]] = {}
+    # On a store, one listing of the table's objects answers every "is this file there?".
+    stored = {str(p) for p in object_files(table)} if isinstance(table, ObjectPath) else None
 
     def exists(path: str) -> bool:
+        if stored is not None:
+            return path in stored
         folder, name = os.path.split(path)
         if folder not in listings:
             try:
@@ -329,6 +334,9 @@ def _read_log(table: Location) -> _Log:
 
 
 def _json_actions(path: str) -> Iterator[dict[str, Any]]:
+    if is_object_uri(path):
+        yield from _object_json_actions(path)
+        return
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
@@ -339,6 +347,15 @@ def _json_actions(path: str) -> Iterator[dict[str, Any]]:
                     raise damage.find_damage(table) or TableDamaged(
                         f"{path} is not valid JSON: {exc.msg}", path=path
                     ) from exc
+
+
+def _object_json_actions(path: str) -> Iterator[dict[str, Any]]:
+    for line in location(path).read_text().splitlines():
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TableDamaged(f"{path} is not valid JSON: {exc.msg}", path=path) from exc
 
 
 def _live_rows(action: dict[str, Any]) -> int | None:
@@ -387,7 +404,7 @@ def restorable_versions(path: Path) -> dict[int, str | None]:
     Raises:
         NotFound: ``path`` holds no Delta table.
     """
-    log = _read_log(Path(path))
+    log = _read_log(location(path))
     return {v: _why_not_restorable(log, v) for v in log.commits}
 
 

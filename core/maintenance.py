@@ -72,7 +72,9 @@ from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
 from core.storage import (
     Location,
     ObjectPath,
+    location,
     newest_mtime,
+    object_files,
     remove_tree,
     sort_locations,
     storage_options_for,
@@ -183,7 +185,7 @@ def _delta_table(main: Location) -> Any:
         raise EngineError(f"could not read the Delta log of {main}: {str(exc).splitlines()[0]}") from exc
 
 
-def _history(main: Path) -> list[dict[str, Any]]:
+def _history(main: Location) -> list[dict[str, Any]]:
     """Commit infos of the table, newest first (delta-rs reads the log; no Spark)."""
     return list(_delta_table(main).history())
 
@@ -228,15 +230,18 @@ def table_stats(catalog: Catalog, project_id: str, dataset_id: str, *, actor: Us
         PermissionDenied: ``actor`` is not a member of the project.
     """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    return _stats(Path(info.path))
+    return _stats(location(info.path))
 
 
 def _size_doc(stats: TableStats) -> dict[str, int]:
     return {"files": stats.files, "size_bytes": stats.size_bytes, "small_files": stats.small_files}
 
 
-def _data_files_on_disk(main: Path) -> int:
+def _data_files_on_disk(main: Location) -> int:
     """Files under ``main`` outside ``_delta_log`` (hidden checksum files left out)."""
+    if isinstance(main, ObjectPath):
+        objects = object_files(main)
+        return sum(1 for p in objects if "_delta_log" not in p.key.split("/") and not p.name.startswith("."))
     count = 0
     for folder, dirs, files in os.walk(main):
         dirs[:] = [d for d in dirs if d != "_delta_log"]
@@ -258,7 +263,7 @@ def _retention_hours(raw: str | None, prop: str) -> float | None:
     return sum(float(n) * _UNIT_HOURS[unit.lower()] for n, unit in parts)
 
 
-def _retention_changes(main: Path) -> dict[str, str]:
+def _retention_changes(main: Location) -> dict[str, str]:
     """Retention properties below the restore window, with the value each should get."""
     config = dict(_delta_table(main).metadata().configuration)
     window_days = get_settings().restore_window_days
@@ -271,7 +276,7 @@ def _retention_changes(main: Path) -> dict[str, str]:
     return changes
 
 
-def _check_zorder(main: Path, version: int | None, zorder: list[str]) -> list[str]:
+def _check_zorder(main: Location, version: int | None, zorder: list[str]) -> list[str]:
     names = [c.name for c in reads.table_schema(main, version)]
     columns: list[str] = []
     for raw in zorder:
@@ -308,7 +313,7 @@ def _check_retain(retain_hours: float | None) -> float:
     return hours
 
 
-def _unrestorable(main: Path, retain_hours: float) -> tuple[int, int, datetime] | None:
+def _unrestorable(main: Location, retain_hours: float) -> tuple[int, int, datetime] | None:
     """First and last version a VACUUM with this retention may break, and the cutoff.
 
     A version breaks when a later commit older than the cutoff removed one of its files;
@@ -333,7 +338,7 @@ FORCE_HINT = "pass --force to do it anyway"
 
 
 def _short_retention_message(
-    project_id: str, dataset_id: str, main: Path, retain_hours: float, force_hint: str = FORCE_HINT
+    project_id: str, dataset_id: str, main: Location, retain_hours: float, force_hint: str = FORCE_HINT
 ) -> str:
     window = get_settings().restore_window_days
     retain = _hours_text(retain_hours)
@@ -389,13 +394,13 @@ def _retain_sql(hours: float) -> str:
     return f"{hours:.6f}".rstrip("0").rstrip(".") or "0"
 
 
-def _set_retention(main: Path, changes: dict[str, str], commit: engine.CommitInfo) -> None:
+def _set_retention(main: Location, changes: dict[str, str], commit: engine.CommitInfo) -> None:
     props = ", ".join(f"{engine.spark_string(k)} = {engine.spark_string(v)}" for k, v in changes.items())
     with engine.commit_metadata(commit):
         engine.get_spark().sql(f"ALTER TABLE {engine.delta_ref(main)} SET TBLPROPERTIES ({props})")
 
 
-def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[str, Any]:
+def _optimize(main: Location, zorder: list[str], commit: engine.CommitInfo) -> dict[str, Any]:
     sql = f"OPTIMIZE {engine.delta_ref(main)}"
     if zorder:
         sql += " ZORDER BY (" + ", ".join(engine.spark_ident(c) for c in zorder) + ")"
@@ -422,7 +427,7 @@ def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[
     }
 
 
-def _vacuum(main: Path, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
+def _vacuum(main: Location, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
     """VACUUM if a dry run finds anything to delete; returns the number of files it lists."""
     base = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(retain_hours)} HOURS"
     with _vacuum_session(commit, skip_check=skip_check) as spark:
@@ -476,7 +481,7 @@ def vacuum_dry_run(
     """
     require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    main = Path(info.path)
+    main = location(info.path)
     hours = _check_retain(retain_hours)
     table_hours = _retention_hours(
         dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
@@ -502,7 +507,7 @@ def vacuum_dry_run(
     )
 
 
-def _last_checkpoint(main: Path) -> int | None:
+def _last_checkpoint(main: Location) -> int | None:
     marker = main / "_delta_log" / "_last_checkpoint"
     if not marker.is_file():
         return None
@@ -516,7 +521,7 @@ CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 CHECKPOINT_ACTION = "checkpoint"
 
 
-def _checkpoint_is_current(main: Path) -> bool:
+def _checkpoint_is_current(main: Location) -> bool:
     """The last checkpoint is of the newest version, or of the one before it when the
     newest is the interval-restoring commit of an Oreo checkpoint (nothing to add)."""
     latest, existing = engine.latest_version(main), _last_checkpoint(main)
@@ -527,7 +532,7 @@ def _checkpoint_is_current(main: Path) -> bool:
     return existing == latest - 1 and engine.find_commit(main, existing, action=CHECKPOINT_ACTION) is not None
 
 
-def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
+def _checkpoint(main: Location, commit: engine.CommitInfo) -> None:
     """A Delta log checkpoint, written with SQL alone, the same on embedded Spark and Spark Connect.
 
     Delta has no CHECKPOINT statement, and its ``DeltaLog`` API is a JVM handle that
@@ -540,9 +545,7 @@ def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
     """
     spark = engine.get_spark()
     ref = engine.delta_ref(main)
-    before = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}.get(
-        CHECKPOINT_INTERVAL
-    )
+    before = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}.get(CHECKPOINT_INTERVAL)
     key = engine.spark_string(CHECKPOINT_INTERVAL)
     restore = (
         f"ALTER TABLE {ref} UNSET TBLPROPERTIES ({key})"
@@ -611,7 +614,7 @@ def maintain(
     target = f"{project_id}/{dataset_id}"
     require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    main = Path(info.path)
+    main = location(info.path)
     optimize = optimize or bool(zorder)
     if not (optimize or vacuum or checkpoint):
         raise InvalidInput(

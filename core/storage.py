@@ -238,6 +238,15 @@ def glob(loc: Location, pattern: str) -> list[Location]:
     return sort_locations(list(loc.glob(pattern)))
 
 
+def object_files(loc: ObjectPath) -> list[ObjectPath]:
+    """Every object (not prefix) under ``loc``, at any depth."""
+    from pyarrow.fs import FileSelector, FileType
+
+    selector = FileSelector(loc._fs_path, allow_not_found=True, recursive=True)
+    infos = _filesystem().get_file_info(selector)
+    return [ObjectPath(loc.bucket, i.path.split("/", 1)[1]) for i in infos if i.type == FileType.File]
+
+
 def newest_mtime(loc: ObjectPath) -> float:
     """The newest modification time (seconds) of any object under ``loc``; 0 when there is none."""
     from pyarrow.fs import FileSelector

@@ -10,10 +10,10 @@ import json
 import sys
 from pathlib import Path
 
-from core import auth, engine, merge, projects, reads, sessions
+from core import auth, engine, history, maintenance, merge, projects, reads, sessions, storage
 from core.catalog import open_catalog
 from core.change_requests import submit_change_request
-from core.datasets import create_dataset, layout_for
+from core.datasets import create_dataset, dataset_columns, get_dataset, layout_for
 
 
 def main(work: Path) -> None:
@@ -34,6 +34,12 @@ def main(work: Path) -> None:
     merge.approve_change_request(catalog, cr.id, actor=approver)
     main_table = layout_for("demo", "nums").main
     rows = reads.read_rows_by_id(main_table, ["1", "2", "3"])
+    admin = auth.SYSTEM
+    columns = [c.name for c in dataset_columns(get_dataset(catalog, "demo", "nums", actor=admin))]
+    versions = history.table_history(catalog, "demo", "nums", actor=approver)
+    report = maintenance.maintain(catalog, "demo", "nums", actor=admin, optimize=True)
+    restored = history.restore_version(catalog, "demo", "nums", 0, actor=admin, reason="back to the upload")
+    after = reads.read_rows_by_id(main_table, ["2"])
     print(
         json.dumps(
             {
@@ -43,6 +49,11 @@ def main(work: Path) -> None:
                 "qty": dict(zip(rows["row_id"], rows["qty"].astype(int), strict=True)),
                 "live_edit": str(edits),
                 "edits_saved": edits_saved,
+                "columns": columns,
+                "history": sorted(v.version for v in versions.versions),
+                "report_on_store": storage.location(str(report["report"])).is_file(),
+                "restored_version": restored.version,
+                "qty_after_restore": int(after["qty"].iloc[0]),
             }
         )
     )

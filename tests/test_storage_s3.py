@@ -234,8 +234,9 @@ def test_moto_server_is_a_separate_process(s3_endpoint: str) -> None:
 
 
 def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path: Path) -> None:
-    """Create, edit, submit and approve with DELTA_DATA_ROOT on the bucket: Spark through s3a,
-    delta-rs for the live edits, DuckDB through httpfs (tests/s3_loop.py, in its own process)."""
+    """Create, edit, submit, approve, read, history, OPTIMIZE and RESTORE with DELTA_DATA_ROOT on
+    the bucket: Spark through s3a, delta-rs for the live edits, DuckDB through httpfs
+    (tests/s3_loop.py, in its own process)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(Path(__file__).parent.parent),
@@ -249,9 +250,14 @@ def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     main = s3_root / "projects" / "demo" / "datasets" / "nums" / "main"
     assert seen["path"] == seen["main"] == str(main)
-    assert seen["version"] == 1  # the create, then the approval's MERGE
-    assert seen["qty"] == {"1": 10, "2": 25, "3": 30}
-    assert (main / "_delta_log" / f"{1:020d}.json").is_file()
+    assert seen["qty"] == {"1": 10, "2": 25, "3": 30}  # after the approval's MERGE
+    assert seen["columns"] == ["row_id", "id", "name", "qty"]
+    assert seen["history"] == [0, 1]  # the create and the merge
+    assert seen["report_on_store"], "the maintenance report is on the store"
+    # OPTIMIZE (and its checkpoint) came before the RESTORE, whose commit is the newest
+    assert seen["restored_version"] == seen["version"] > 1
+    assert seen["qty_after_restore"] == 20
+    assert (main / "_delta_log" / f"{seen['version']:020d}.json").is_file()
     assert seen["edits_saved"] and seen["live_edit"].startswith(str(s3_root))
     assert not storage.location(seen["live_edit"]).exists()  # the approval removed the session's folder
     audit = main.parent / "audit"

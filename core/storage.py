@@ -300,7 +300,7 @@ def write_text_atomic(loc: Location, text: str) -> None:
         loc.write_text(text)
         return
     tmp = loc.with_suffix(loc.suffix + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(loc)
 
 

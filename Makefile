@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup setup-test jars chromium postgres promtool demo lint typecheck bench bench-cluster clean
+.PHONY: run test setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 ## and the HTTP API on http://localhost:8600 (scripts/run.sh: the API stops when the app does)
@@ -13,7 +13,7 @@ run: setup jars demo
 	BIN=$(BIN) scripts/run.sh
 
 ## test: install everything (test tools, Chromium, PostgreSQL), then run the whole suite
-test: setup-test jars chromium postgres promtool
+test: setup-test jars jars-s3a chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
@@ -38,6 +38,11 @@ $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 ## (Ivy, falling back to mvn; a file lock lets two setups run at once; a no-op once the folder is complete)
 jars: setup
 	$(BIN)/python scripts/fetch_jars.py
+
+## jars-s3a: Hadoop's s3a jars (hadoop-aws 3.4.2 and the ~640 MB AWS SDK bundle) into .venv/oreo-s3a-jars,
+## for DELTA_DATA_ROOT=s3://... (tests/test_storage_s3.py starts Spark on a moto bucket with them)
+jars-s3a: setup
+	$(BIN)/python scripts/fetch_jars.py --s3a
 
 postgres:
 	@scripts/install_postgres.sh

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import enum
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ from core.errors import ConflictError, EngineError, InvalidInput, NotFound, Perm
 from core.layout import DatasetLayout, new_id, validate_id
 from core.schema import SchemaChange
 from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
+from core.storage import Location, location, remove_tree, spark_uri
 
 OP_COLUMN = "_op"
 CHANGED_COLUMN = "_changed"
@@ -269,13 +269,13 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
     )
 
 
-def staging_path(layout: DatasetLayout, record: ChangeRequest) -> Path:
+def staging_path(layout: DatasetLayout, record: ChangeRequest) -> Location:
     """The staging table of a request's current revision: every reader of staged rows goes through here."""
     return layout.staging(record.id, record.revision)
 
 
 def _write_staging(
-    main: Path, staging: Path, base_version: int, edits: list[CellEdit], commit: engine.CommitInfo
+    main: Location, staging: Location, base_version: int, edits: list[CellEdit], commit: engine.CommitInfo
 ) -> None:
     """Have Spark build and write the staged rows (see the module docstring).
 
@@ -288,7 +288,7 @@ def _write_staging(
     from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
     spark = engine.get_spark()
-    schema = spark.read.format("delta").option("versionAsOf", base_version).load(str(main)).schema
+    schema = spark.read.format("delta").option("versionAsOf", base_version).load(spark_uri(main)).schema
     fields = [f for f in schema.fields if f.name != "row_id"]
     ops = sorted({(e.row_id, e.change) for e in edits if e.column is None or e.change == "update"})
     given: dict[tuple[str, str], list[str]] = {}
@@ -334,7 +334,7 @@ def _write_staging(
 _LISTED_IDS = 1000
 
 
-def _base_rows(main: Path, version: int, row_ids: list[str], names: list[str]) -> Any:
+def _base_rows(main: Location, version: int, row_ids: list[str], names: list[str]) -> Any:
     """The rows ``row_ids`` of ``main`` at ``version`` (those that exist), as an Arrow table.
 
     Raises:
@@ -353,7 +353,7 @@ def _base_rows(main: Path, version: int, row_ids: list[str], names: list[str]) -
         raise EngineError(f"DuckDB could not read the edited rows of {main}: {str(exc).splitlines()[0]}") from exc
 
 
-def save_staging(staging: Path, sql: str, commit: engine.CommitInfo, *, views: list[str]) -> None:
+def save_staging(staging: Location, sql: str, commit: engine.CommitInfo, *, views: list[str]) -> None:
     """Have Spark write the rows ``sql`` selects as the staging table, then drop the temp ``views`` it read.
 
     Nothing filters a staging table by column, so it skips min/max statistics. On a
@@ -365,9 +365,11 @@ def save_staging(staging: Path, sql: str, commit: engine.CommitInfo, *, views: l
     spark = engine.get_spark()
     try:
         with engine.commit_metadata(commit):
-            spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(str(staging))
+            spark.sql(sql).write.format("delta").option("delta.dataSkippingNumIndexedCols", "0").save(
+                spark_uri(staging)
+            )
     except Exception as exc:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         if disk.is_out_of_space(exc):
             raise disk.out_of_space("the staging table", staging) from exc
         raise EngineError(f"Spark could not write the staging table: {str(exc).splitlines()[0]}") from exc
@@ -420,7 +422,7 @@ def submit_change_request(
     commit = engine.new_commit(actor.username, "stage_change_request", cr_id=cr_id)
     clock = Stopwatch("submit", stage)
     clock.start("staging")
-    _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
+    _write_staging(location(dataset.path), staging, info.base_version, edits, commit)
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
     record = record_change_request(
@@ -446,7 +448,7 @@ def record_change_request(
     catalog: Catalog,
     layout: DatasetLayout,
     dataset: DatasetInfo,
-    staging: Path,
+    staging: Location,
     *,
     cr_id: str,
     author: str,
@@ -513,7 +515,7 @@ def record_change_request(
             )
             record = record_from_row(row)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         raise
     metrics.stage_timings(stages)
     if announce:
@@ -539,10 +541,10 @@ def _revision_row(
 
 
 def validate_change_request(
-    layout: DatasetLayout, dataset: DatasetInfo, staging: Path, version: int | None = None
+    layout: DatasetLayout, dataset: DatasetInfo, staging: Location, version: int | None = None
 ) -> validation.ValidationRun:
     """Run the dataset's GX suite on a staged change as merged into ``main`` at ``version``."""
-    main = Path(dataset.path)
+    main = location(dataset.path)
     version = int(dataset.version or 0) if version is None else version
     columns = [(c.name, c.type) for c in reads.table_schema(main, version)]
     suite = validation.suite_for(layout, dataset.dataset_id, columns)
@@ -566,7 +568,7 @@ def reusable_run(
         return None
     if run.version != version or run.suite_digest is None:
         return None
-    columns = [(c.name, c.type) for c in reads.table_schema(Path(dataset.path), version)]
+    columns = [(c.name, c.type) for c in reads.table_schema(location(dataset.path), version)]
     suite = validation.suite_for(layout, dataset.dataset_id, columns)
     return run if run.suite_digest == validation.suite_digest(suite) else None
 
@@ -610,7 +612,7 @@ def diff_change_request(
     )
 
 
-def staged_columns(staging: Path) -> list[str]:
+def staged_columns(staging: Location) -> list[str]:
     """The data columns of a staging table (``row_id`` first; not ``_op``/``_changed``)."""
     return [c.name for c in reads.table_schema(staging) if c.name not in (OP_COLUMN, CHANGED_COLUMN)]
 
@@ -782,9 +784,9 @@ def remove_leftovers(record: ChangeRequest) -> None:
     """Delete a closed request's staging tables (every revision's) and session (seed 002 section 8.C)."""
     layout = layout_for(record.project_id, record.dataset_id)
     for revision in range(1, record.revision + 1):
-        shutil.rmtree(layout.staging(record.id, revision), ignore_errors=True)
+        remove_tree(layout.staging(record.id, revision))
     if record.session_id:
-        shutil.rmtree(layout.session_dir(record.session_id), ignore_errors=True)
+        remove_tree(layout.session_dir(record.session_id))
 
 
 def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
@@ -1018,14 +1020,14 @@ def revise_change_request(
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
     revision = record.revision + 1
     staging = layout.staging(cr_id, revision)
-    shutil.rmtree(staging, ignore_errors=True)  # a revise that died half-way
+    remove_tree(staging)  # a revise that died half-way
     commit = engine.new_commit(actor.username, "stage_change_request", cr_id=cr_id, revision=revision)
     clock = Stopwatch("submit", stage)
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
     try:
         clock.start("staging")
-        _write_staging(Path(dataset.path), staging, info.base_version, edits, commit)
+        _write_staging(location(dataset.path), staging, info.base_version, edits, commit)
         clock.start("checks")
         run = validate_change_request(layout, dataset, staging)
         stages = clock.timings()
@@ -1054,7 +1056,7 @@ def revise_change_request(
             )
             updated = record_from_row(row)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         raise
     metrics.stage_timings(stages)
     mark_submitted(layout, info.session_id, cr_id)
@@ -1102,7 +1104,7 @@ def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> Cha
             "submit or discard them first"
         )
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
-    ops = _replay_ops(Path(dataset.path), int(dataset.version or 0), staging)
+    ops = _replay_ops(location(dataset.path), int(dataset.version or 0), staging)
     if not ops:
         raise InvalidInput(f"nothing of {cr_id} applies to the current version any more", field="cr_id")
     session = sessions.open_session(catalog, record.project_id, record.dataset_id, actor=actor)
@@ -1118,7 +1120,7 @@ def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> Cha
     return fresh
 
 
-def _replay_ops(main: Path, version: int, staging: Path) -> list[Any]:
+def _replay_ops(main: Location, version: int, staging: Location) -> list[Any]:
     """Edit operations that redo a staged change on ``main`` at ``version``."""
     columns = [c.name for c in reads.table_schema(main, version) if c.name != "row_id"]
     texts = ", ".join(f"CAST(s.{reads.quote_ident(c)} AS VARCHAR)" for c in columns)

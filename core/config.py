@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from core.errors import InvalidInput
+from core.storage import Location, is_object_uri, location
 
 
 def _int(name: str, default: int) -> int:
@@ -50,7 +51,7 @@ def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
 class Settings:
     """Process-wide configuration."""
 
-    data_root: Path
+    data_root: Location  # a local folder, or s3://bucket/prefix (core.storage)
     database_url: str
     spark_remote: str | None = None
     spark_master: str = "local[*]"
@@ -82,8 +83,15 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        data_root = Path(os.environ.get("DELTA_DATA_ROOT") or "data/delta").expanduser().absolute()
-        default_db = f"sqlite:///{data_root.parent / 'oreo-catalog.db'}"
+        raw_root = os.environ.get("DELTA_DATA_ROOT") or "data/delta"
+        data_root: Location
+        if is_object_uri(raw_root):
+            data_root = location(raw_root)
+            # The catalog is a database, never an object: without OREO_DATABASE_URL it stays local.
+            default_db = f"sqlite:///{Path('data/oreo-catalog.db').absolute()}"
+        else:
+            data_root = Path(raw_root).expanduser().absolute()
+            default_db = f"sqlite:///{data_root.parent / 'oreo-catalog.db'}"
         return cls(
             data_root=data_root,
             database_url=os.environ.get("OREO_DATABASE_URL") or default_db,

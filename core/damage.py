@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from core.errors import TableDamaged
+from core.storage import Location, ObjectPath
 
 LOG = "_delta_log"
 
@@ -265,8 +266,13 @@ def check_files(table: Path) -> list[Finding]:
     return findings
 
 
-def find_damage(table: Path, name: str | None = None) -> TableDamaged | None:
-    """The first thing wrong with ``table``'s log or current files, as an error to raise; None if sound."""
+def find_damage(table: Location, name: str | None = None) -> TableDamaged | None:
+    """The first thing wrong with ``table``'s log or current files, as an error to raise; None if sound.
+
+    Only local tables are inspected: on an object store the engine's own error stands.
+    """
+    if isinstance(table, ObjectPath):
+        return None
     table = Path(table)
     if not (table / LOG).is_dir():
         return None  # no table at all: the caller's NotFound says so
@@ -282,7 +288,7 @@ def find_damage(table: Path, name: str | None = None) -> TableDamaged | None:
     )
 
 
-def raise_if_damaged(table: Path, name: str | None = None) -> None:
+def raise_if_damaged(table: Location, name: str | None = None) -> None:
     """Raise ``find_damage``'s error, if any."""
     damage = find_damage(table, name)
     if damage is not None:

@@ -11,9 +11,7 @@ leaves nothing behind.
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 import threading
 import time
 import uuid
@@ -35,6 +33,7 @@ from core.errors import AlreadyExists, EngineError, InvalidInput, NotFound, Oreo
 from core.filters import Condition
 from core.ingest import RESERVED_COLUMNS, file_kind, parse_table, read_input_file
 from core.layout import DatasetLayout, dataset_layout, new_id, validate_id
+from core.storage import Location, ObjectPath, arrow_target, location, remove_tree, spark_uri, write_text_atomic
 
 ROW_ID = "row_id"
 _SHOWN_OFFENDERS = 10
@@ -117,9 +116,7 @@ def time_ordered_id_sql() -> str:
     rand_a = f"lpad(lower(hex(shiftright({seq}, 50))), 3, '0')"
     variant = f"lower(hex(8 | (shiftright({seq}, 48) & 3)))"
     rest = f"lpad(lower(hex(shiftleft({seq} & {(1 << 48) - 1}, 12) | {secrets.randbits(12)})), 15, '0')"
-    return (
-        f"concat('{ts[:8]}-{ts[8:]}-7', {rand_a}, '-', {variant}, substr({rest}, 1, 3), '-', substr({rest}, 4, 12))"
-    )
+    return f"concat('{ts[:8]}-{ts[8:]}-7', {rand_a}, '-', {variant}, substr({rest}, 1, 3), '-', substr({rest}, 4, 12))"
 
 
 def stable_order(info: DatasetInfo) -> list[str]:
@@ -256,9 +253,7 @@ def create_dataset_from_table(
     return _create(catalog, layout, project_id, dataset_id, rows, key=key, actor=actor, source=source, raw=None)
 
 
-def _check_new_dataset(
-    catalog: Catalog, project_id: str, dataset_id: str, layout: DatasetLayout, actor: User
-) -> None:
+def _check_new_dataset(catalog: Catalog, project_id: str, dataset_id: str, layout: DatasetLayout, actor: User) -> None:
     require_role(catalog, actor, project_id, Role.ADMIN, action="create a dataset")
     with catalog.session() as s:
         if s.get(ProjectRow, project_id) is None:
@@ -351,14 +346,16 @@ def check_dataset_size(parquet_bytes: int) -> None:
         )
 
 
-def _remove_created(root: Path, created_top: Path) -> None:
+def _remove_created(root: Location, created_top: Location) -> None:
     """Remove a failed create's dataset folder, then its parents up to ``created_top`` while empty.
 
     Only what the create made goes: a parent that now holds something else (Spark's and
     Oreo's ``logs/`` under a data root made by this create, another dataset created
     meanwhile) stays.
     """
-    shutil.rmtree(root, ignore_errors=True)
+    remove_tree(root)
+    if isinstance(root, ObjectPath) or isinstance(created_top, ObjectPath):
+        return  # an object store has no empty folders to tidy
     folder = root.parent
     while folder.is_relative_to(created_top):
         try:
@@ -369,7 +366,7 @@ def _remove_created(root: Path, created_top: Path) -> None:
         folder = folder.parent
 
 
-def write_converted(table: pa.Table, path: Path) -> None:
+def write_converted(table: pa.Table, path: Location) -> None:
     """Write the rows to be created (``row_id`` set) as Parquet, sorted by ``row_id``.
 
     Sorted here, where the rows already are, ``_write_main`` gets main's layout by splitting
@@ -380,10 +377,11 @@ def write_converted(table: pa.Table, path: Path) -> None:
     # quarter of a main file each (in memory, so smaller still as Parquet).
     per_row = table.nbytes / table.num_rows if table.num_rows else 1.0
     rows = max(1, int(engine.MAIN_FILE_BYTES / 4 / max(per_row, 1.0)))
-    pq.write_table(table.sort_by(ROW_ID), path, row_group_size=rows)
+    where, filesystem = arrow_target(path)
+    pq.write_table(table.sort_by(ROW_ID), where, row_group_size=rows, filesystem=filesystem)
 
 
-def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInfo) -> None:
+def _write_main(layout: DatasetLayout, converted: Location, commit: engine.CommitInfo) -> None:
     """Create ``main`` from ``converted`` (written by ``write_converted``, so sorted by row_id)."""
     view = f"oreo_create_{uuid.uuid4().hex}"
     props = engine.main_table_properties_sql()
@@ -395,7 +393,7 @@ def _write_main(layout: DatasetLayout, converted: Path, commit: engine.CommitInf
     confs = {"spark.sql.files.maxPartitionBytes": str(split), "spark.sql.files.openCostInBytes": "0"}
     try:
         with engine.dml_session(commit, confs=confs) as spark:
-            spark.read.parquet(str(converted)).createOrReplaceTempView(view)
+            spark.read.parquet(spark_uri(converted)).createOrReplaceTempView(view)
             try:
                 spark.sql(
                     f"CREATE TABLE {engine.delta_ref(layout.main)} USING DELTA "
@@ -490,8 +488,8 @@ def dataset_columns(info: DatasetInfo, version: int | None = None) -> list[reads
     Raises:
         TableDamaged: The table's log or current files are damaged (the message names the file).
     """
-    damage.raise_if_damaged(Path(info.path), f"{info.project_id}/{info.dataset_id}")
-    return reads.table_schema(Path(info.path), version if version is not None else info.version)
+    damage.raise_if_damaged(location(info.path), f"{info.project_id}/{info.dataset_id}")
+    return reads.table_schema(location(info.path), version if version is not None else info.version)
 
 
 def dataset_rows(
@@ -524,7 +522,7 @@ def dataset_rows(
         )
     snapshot = version if version is not None else info.version
     return reads.read_page(
-        Path(info.path),
+        location(info.path),
         version=snapshot,
         filters=filters,
         conditions=conditions,
@@ -592,7 +590,7 @@ def propose_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: 
     """The dataset's suite with its inferred rules proposed afresh from the current data (nothing stored)."""
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
-    inferred = rules.infer_rules(Path(info.path), info.version, dataset_columns(info))
+    inferred = rules.infer_rules(location(info.path), info.version, dataset_columns(info))
     return rules.with_inferred(suite, inferred)
 
 
@@ -656,7 +654,7 @@ class SettingsChanged(audit.AuditEvent):
     settings: dict[str, Any]
 
 
-def _settings_path(layout: DatasetLayout) -> Path:
+def _settings_path(layout: DatasetLayout) -> Location:
     return layout.audit / "settings.json"
 
 
@@ -686,9 +684,7 @@ def set_dataset_settings(
     )
     path = _settings_path(layout_for(project_id, dataset_id))
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".json.tmp")
-    partial.write_text(json.dumps(settings.to_json(), indent=2), encoding="utf-8")
-    os.replace(partial, path)  # readers see the old file or the new one, never half of it
+    write_text_atomic(path, json.dumps(settings.to_json(), indent=2))  # readers see the old file or the new one
     with catalog.session() as s:
         audit.record(
             s,

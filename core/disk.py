@@ -8,9 +8,9 @@ an ``IO Error``, Python as an ``OSError``; ``is_out_of_space`` looks through all
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
 from core.errors import OutOfSpace
+from core.storage import Location
 
 _MARKERS = ("no space left on device", "disk quota exceeded", "disk is full")
 
@@ -29,7 +29,7 @@ def is_out_of_space(exc: BaseException) -> bool:
     return False
 
 
-def out_of_space(what: str, path: Path | str) -> OutOfSpace:
+def out_of_space(what: str, path: Location | str) -> OutOfSpace:
     """The error for a write of ``what`` to ``path`` that ran out of space."""
     return OutOfSpace(
         f"no space left on the device holding {path} while writing {what}; nothing was kept",

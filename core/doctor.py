@@ -26,6 +26,7 @@ from core.auth import Role, User, require_role
 from core.catalog import Catalog
 from core.datasets import get_dataset
 from core.errors import NotFound, OreoError
+from core.storage import local_path, location
 
 _SHOWN = 5
 
@@ -76,7 +77,7 @@ def diagnose(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User)
     """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     require_role(catalog, actor, project_id, Role.ADMIN, action="check a table")
-    main = Path(info.path)
+    main = local_path(location(info.path), "the table checks of `oreo doctor`")
     log_findings = damage.check_log(main)
     file_findings = damage.check_files(main)
     checks = [

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from core import logs, metrics
 from core.config import get_settings
 from core.errors import EngineError
+from core.storage import Location, is_object_uri, location, spark_confs, spark_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -89,9 +90,10 @@ def session_confs(shuffle_partitions: int) -> dict[str, str]:
     """The Spark confs Oreo's engine runs with, embedded or on a Spark Connect server.
 
     ``core.engine`` sets them on the embedded session; ``scripts/cluster.py`` passes them
-    to the Connect server, so both topologies run Oreo's statements the same way.
+    to the Connect server, so both topologies run Oreo's statements the same way. With the
+    data root on an object store they carry Hadoop's s3a settings too (``core.storage``).
     """
-    return {
+    confs = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.ui.enabled": "false",
@@ -108,6 +110,9 @@ def session_confs(shuffle_partitions: int) -> dict[str, str]:
         # Stale-snapshot reads would let two approvals race on an old table state.
         "spark.databricks.delta.stalenessLimit": "0",
     }
+    if is_object_uri(get_settings().data_root):
+        confs.update(spark_confs())
+    return confs
 
 
 def _build_session() -> SparkSession:
@@ -133,6 +138,9 @@ def _build_session() -> SparkSession:
 # ---------------------------------------------------------------- the Delta jars, resolved once
 
 JARS_MANIFEST = "manifest.json"
+# Hadoop's s3a for an s3:// data root. Its version must be pyspark's Hadoop client's (3.4.2
+# for pyspark 4.1); it pulls the AWS SDK bundle (about 640 MB), so only s3 roots load it.
+S3A_PACKAGES = "org.apache.hadoop:hadoop-aws:3.4.2"
 
 
 def with_delta_jars(builder: SparkSession.Builder) -> SparkSession.Builder:
@@ -142,8 +150,15 @@ def with_delta_jars(builder: SparkSession.Builder) -> SparkSession.Builder:
     the jars with Ivy on every start, which needs Maven Central (or a warm
     ``~/.ivy2.5.2``) and seconds each time, so that fallback is logged.
     """
+    s3a = is_object_uri(get_settings().data_root)
     jars = offline_jars()
     if jars is not None:
+        if s3a:
+            extra = s3a_jars()
+            if extra is None:
+                logger.warning("no s3a jars in %s; resolving %s with Ivy", s3a_jars_dir(), S3A_PACKAGES)
+                builder = builder.config("spark.jars.packages", S3A_PACKAGES)
+            jars = [*jars, *(extra or [])]
         return builder.config("spark.jars", ",".join(str(p) for p in jars))
     from delta import configure_spark_with_delta_pip
 
@@ -152,7 +167,21 @@ def with_delta_jars(builder: SparkSession.Builder) -> SparkSession.Builder:
         jars_dir(),
         delta_packages(),
     )
+    if s3a:
+        return configure_spark_with_delta_pip(builder, extra_packages=[S3A_PACKAGES])
     return configure_spark_with_delta_pip(builder)
+
+
+def s3a_jars_dir() -> Path:
+    """Where the resolved s3a jars are kept: ``OREO_S3A_JARS_DIR``, else ``oreo-s3a-jars`` by ``jars_dir()``."""
+    return Path(os.environ.get("OREO_S3A_JARS_DIR") or jars_dir().parent / "oreo-s3a-jars")
+
+
+def s3a_jars() -> list[Path] | None:
+    """The s3a jar files in ``s3a_jars_dir()``, or None when ``hadoop-aws`` is not among them."""
+    folder = s3a_jars_dir()
+    jars = sorted(folder.glob("*.jar")) if folder.is_dir() else []
+    return jars if any("hadoop-aws-" in p.name for p in jars) else None
 
 
 def jars_dir() -> Path:
@@ -394,9 +423,9 @@ def spark_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def delta_ref(path: Path | str) -> str:
+def delta_ref(path: Location | str) -> str:
     """``delta.`path``` for Spark SQL, with backticks escaped."""
-    return "delta." + spark_ident(str(path))
+    return "delta." + spark_ident(spark_uri(path))
 
 
 @dataclass(frozen=True)
@@ -533,7 +562,7 @@ def concurrency_exceptions() -> tuple[type[BaseException], ...]:
     )
 
 
-def latest_version(path: Path) -> int:
+def latest_version(path: Location) -> int:
     """The newest version of a Delta table, from its log folder (no Spark needed).
 
     Raises:
@@ -541,25 +570,25 @@ def latest_version(path: Path) -> int:
     """
     from core.errors import NotFound
 
-    log = Path(path) / "_delta_log"
+    log = location(path) / "_delta_log"
     versions = [int(f.name[:20]) for f in log.glob("*.json") if f.name[:20].isdigit() and len(f.name) == 25]
     if not versions:
         raise NotFound(f"no Delta table at {path}", kind="table", ident=str(path))
     return max(versions)
 
 
-def find_commit(path: Path, after_version: int, **match: Any) -> tuple[int, dict[str, Any]] | None:
+def find_commit(path: Location, after_version: int, **match: Any) -> tuple[int, dict[str, Any]] | None:
     """The first version after ``after_version`` whose userMetadata has every ``match`` item.
 
     Reads the commits' JSON in ``_delta_log`` (read only; never written by hand).
     """
-    log = Path(path) / "_delta_log"
+    log = location(path) / "_delta_log"
     for version in range(int(after_version) + 1, latest_version(path) + 1):
         file = log / f"{version:020d}.json"
         if not file.is_file():
             continue
-        with file.open() as handle:
-            for line in handle:
+        for line in file.read_text().splitlines():
+            if line.strip():
                 action = json.loads(line)
                 if "commitInfo" not in action:
                     continue
@@ -589,7 +618,7 @@ class CommitRecord:
     operation_metrics: dict[str, str]
 
 
-def history(path: Path, limit: int | None = None) -> list[CommitRecord]:
+def history(path: Location, limit: int | None = None) -> list[CommitRecord]:
     """The commit history of a Delta table, newest first."""
     sql = f"DESCRIBE HISTORY {delta_ref(path)}"
     if limit is not None:
@@ -615,7 +644,7 @@ def history(path: Path, limit: int | None = None) -> list[CommitRecord]:
     ]
 
 
-def version_of_commit(path: Path, commit_id: str, *, search_depth: int = 50) -> int:
+def version_of_commit(path: Location, commit_id: str, *, search_depth: int = 50) -> int:
     """The table version created by the Oreo commit ``commit_id``.
 
     Raises:

@@ -46,6 +46,7 @@ from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
 from core.datasets import get_dataset, layout_for, stable_order, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, TableDamaged
+from core.storage import Location, ObjectPath, arrow_target, is_object_uri, location, object_files
 from core.writer import writing
 
 RESTORE_ACTION = "restore"
@@ -145,7 +146,7 @@ class RestoreResult:
 
 @dataclass(frozen=True)
 class ExportResult:
-    path: Path
+    path: Location
     version: int
     rows: int
     format: Literal["parquet", "csv"]
@@ -180,7 +181,7 @@ class _Commit:
 class _Log:
     """What one pass over a table's ``_delta_log`` found."""
 
-    table: Path
+    table: Location
     latest: int
     commits: dict[int, _Commit]  # versions whose JSON commit exists
     reasons: dict[int, str | None]  # version -> why it cannot be read (None: it can)
@@ -198,22 +199,26 @@ def _file_key(action: dict[str, Any]) -> tuple[str, str]:
     return action["path"], f"{dv.get('storageType') or ''}{dv.get('pathOrInlineDv') or ''}@{offset}"
 
 
-def _commit_files(log: Path) -> tuple[dict[int, str], dict[int, list[str]]]:
+def _commit_files(log: Location) -> tuple[dict[int, str], dict[int, list[str]]]:
     """JSON commits and complete classic Parquet checkpoints in ``log``, by version."""
     commits: dict[int, str] = {}
     parts: dict[tuple[int, int], list[str]] = {}
-    for entry in os.scandir(log):
-        name = entry.name
+    entries = (
+        [(p.name, str(p)) for p in log.iterdir()]
+        if isinstance(log, ObjectPath)
+        else [(e.name, e.path) for e in os.scandir(log)]
+    )
+    for name, entry_path in entries:
         if not name[:20].isdigit() or name[20:21] != ".":
             continue
         version = int(name[:20])
         if name.endswith(".json") and len(name) == 25:
-            commits[version] = entry.path
+            commits[version] = entry_path
         elif name.endswith(".parquet") and ".checkpoint." in name:
             pieces = name.split(".")
             # <v>.checkpoint.parquet, or <v>.checkpoint.<part>.<parts>.parquet
             count = int(pieces[3]) if len(pieces) == 5 and pieces[3].isdigit() else 1
-            parts.setdefault((version, count), []).append(entry.path)
+            parts.setdefault((version, count), []).append(entry_path)
     checkpoints = {v: sorted(files) for (v, count), files in parts.items() if len(files) == count}
     return commits, checkpoints
 
@@ -225,10 +230,11 @@ def _read_checkpoint(files: list[str]) -> tuple[list[dict[str, Any]], dict[str, 
     adds: list[dict[str, Any]] = []
     metadata: dict[str, Any] | None = None
     for file in files:
-        names = set(pq.read_schema(file).names)
+        where, filesystem = arrow_target(location(file))
+        names = set(pq.read_schema(where, filesystem=filesystem).names)
         if "sidecar" in names:
             raise _Unreadable("v2 checkpoints with sidecars are not replayed")
-        table = pq.read_table(file, columns=[c for c in ("add", "metaData") if c in names])
+        table = pq.read_table(where, columns=[c for c in ("add", "metaData") if c in names], filesystem=filesystem)
         if "add" in names:
             adds += [a for a in table.column("add").to_pylist() if a]
         if "metaData" in names:
@@ -247,7 +253,7 @@ def _cdf_enabled(metadata: dict[str, Any]) -> bool:
     return str(config.get("delta.enableChangeDataFeed", "false")).lower() == "true"
 
 
-def _read_log(table: Path) -> _Log:
+def _read_log(table: Location) -> _Log:
     """Replay ``table``'s log once: each version's commit, and whether its snapshot can be read.
 
     Raises:
@@ -261,8 +267,12 @@ def _read_log(table: Path) -> _Log:
     if not jsons:
         raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
     listings: dict[str, set[str]] = {}
+    # On a store, one listing of the table's objects answers every "is this file there?".
+    stored = {str(p) for p in object_files(table)} if isinstance(table, ObjectPath) else None
 
     def exists(path: str) -> bool:
+        if stored is not None:
+            return path in stored
         folder, name = os.path.split(path)
         if folder not in listings:
             try:
@@ -324,6 +334,9 @@ def _read_log(table: Path) -> _Log:
 
 
 def _json_actions(path: str) -> Iterator[dict[str, Any]]:
+    if is_object_uri(path):
+        yield from _object_json_actions(path)
+        return
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if line.strip():
@@ -334,6 +347,15 @@ def _json_actions(path: str) -> Iterator[dict[str, Any]]:
                     raise damage.find_damage(table) or TableDamaged(
                         f"{path} is not valid JSON: {exc.msg}", path=path
                     ) from exc
+
+
+def _object_json_actions(path: str) -> Iterator[dict[str, Any]]:
+    for line in location(path).read_text().splitlines():
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TableDamaged(f"{path} is not valid JSON: {exc.msg}", path=path) from exc
 
 
 def _live_rows(action: dict[str, Any]) -> int | None:
@@ -382,7 +404,7 @@ def restorable_versions(path: Path) -> dict[int, str | None]:
     Raises:
         NotFound: ``path`` holds no Delta table.
     """
-    log = _read_log(Path(path))
+    log = _read_log(location(path))
     return {v: _why_not_restorable(log, v) for v in log.commits}
 
 
@@ -773,7 +795,7 @@ def export_version_diff(
 # ---------------------------------------------------------------- restore
 
 
-def _restored(main: Path, after_version: int, commit_id: str) -> int | None:
+def _restored(main: Location, after_version: int, commit_id: str) -> int | None:
     found = engine.find_commit(main, after_version, commit_id=commit_id)
     return found[0] if found else None
 
@@ -869,7 +891,7 @@ def restore_version(
     return RestoreResult(version=new_version, restored_to=version)
 
 
-def _run_restore(main: Path, name: str, version: int, commit: engine.CommitInfo, checked: int) -> int:
+def _run_restore(main: Location, name: str, version: int, commit: engine.CommitInfo, checked: int) -> int:
     """One RESTORE commit made with Oreo's merge txn id; its version, or ConflictError if it did not land."""
     sql = f"RESTORE TABLE {engine.delta_ref(main)} TO VERSION AS OF {int(version)}"
     try:

@@ -49,7 +49,6 @@ request" for every request.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -98,6 +97,7 @@ from core.errors import (
 from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
 from core.layout import new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
+from core.storage import Location, location, remove_tree, spark_uri
 from core.values import check_value
 
 Mode = Literal["append", "upsert", "replace"]
@@ -122,10 +122,10 @@ class Upload:
     columns: list[tuple[str, str]]  # (name, Spark type) as inferred from the file
     uploaded_by: str
     uploaded_at: datetime
-    folder: Path
+    folder: Location
 
     @property
-    def converted(self) -> Path:
+    def converted(self) -> Location:
         return self.folder / "converted.parquet"
 
     def to_json(self) -> dict[str, Any]:
@@ -307,7 +307,7 @@ def store_upload(
         pq.write_table(table, upload.converted, row_group_size=_ROW_GROUP)
         (folder / "schema.json").write_text(json.dumps(upload.to_json(), indent=2))
     except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
         raise
     report(1.0, f"Read {table.num_rows:,} rows")
     return upload
@@ -315,7 +315,7 @@ def store_upload(
 
 def _csv_types(data: bytes, dataset: DatasetInfo) -> dict[str, pa.DataType]:
     """CSV columns (of the file's bytes) to parse as the table's text or decimal type rather than infer."""
-    columns = reads.table_schema(Path(dataset.path), dataset.version)
+    columns = reads.table_schema(location(dataset.path), dataset.version)
     table_types = {c.name.lower(): schema.from_duckdb(c.type) for c in columns}
     types: dict[str, pa.DataType] = {}
     for name in csv_header_of(data):
@@ -402,7 +402,7 @@ def get_upload(catalog: Catalog, project_id: str, dataset_id: str, upload_id: st
 
 def discard_upload(upload: Upload) -> None:
     """Remove an upload that will not be submitted."""
-    shutil.rmtree(upload.folder, ignore_errors=True)
+    remove_tree(upload.folder)
 
 
 def preview(upload: Upload, limit: int = 20) -> pa.Table:
@@ -419,7 +419,7 @@ def preview(upload: Upload, limit: int = 20) -> pa.Table:
 def compare_with_table(catalog: Catalog, upload: Upload, *, actor: User) -> tuple[DatasetInfo, list[ColumnPlan]]:
     """The dataset now, and each column of the upload compared with its table."""
     dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
-    table = [(c.name, schema.from_duckdb(c.type)) for c in reads.table_schema(Path(dataset.path), dataset.version)]
+    table = [(c.name, schema.from_duckdb(c.type)) for c in reads.table_schema(location(dataset.path), dataset.version)]
     return dataset, schema.compare(upload.columns, table)
 
 
@@ -487,7 +487,7 @@ def _count_deletes(upload: Upload, dataset: DatasetInfo, key: str | None, file_n
     if key in (ROW_ID, dataset.key_column):
         on = f"m.row_id = CAST(f.{in_file} AS VARCHAR)"
     else:
-        table_type = next(c.type for c in reads.table_schema(Path(dataset.path), dataset.version) if c.name == key)
+        table_type = next(c.type for c in reads.table_schema(location(dataset.path), dataset.version) if c.name == key)
         on = f"m.{reads.quote_ident(key)} = TRY_CAST(f.{in_file} AS {table_type})"
     found = (
         reads.cursor()
@@ -696,7 +696,7 @@ def submit_import(
     commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
     report(0.1, f"Staging {upload.rows:,} rows with Spark")
     with metrics.timed_import_write(upload.rows):
-        _write_staging(Path(dataset.path), staging, plan, dataset.key_column, commit)
+        _write_staging(location(dataset.path), staging, plan, dataset.key_column, commit)
     run: validation.ValidationRun | None = None
     try:
         given = sum(1 for c in plan.columns if c.status != "absent")
@@ -709,7 +709,7 @@ def submit_import(
             run = validate_change_request(layout, dataset, staging)
             _refuse_blocking(run, upload)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging)
         raise
     if review:
         report(0.6, "Validating with Great Expectations")
@@ -801,7 +801,7 @@ def resubmit_import(catalog: Catalog, record: ChangeRequest, *, actor: User) -> 
 
 
 def _write_staging(
-    main: Path, staging: Path, plan: ImportPlan, dataset_key: str | None, commit: engine.CommitInfo
+    main: Location, staging: Location, plan: ImportPlan, dataset_key: str | None, commit: engine.CommitInfo
 ) -> None:
     """Have Spark build the staged rows from ``converted.parquet`` and write them.
 
@@ -886,12 +886,12 @@ def _write_staging(
         sql = f"{sql} UNION ALL SELECT {', '.join(deleted)} FROM {gone}"
     views = [view]
     try:
-        spark.read.parquet(str(upload.converted)).createOrReplaceTempView(view)
+        spark.read.parquet(spark_uri(upload.converted)).createOrReplaceTempView(view)
         if plan.mode != "append":
             views.append(f"{view}_main")
-            spark.read.format("delta").option("versionAsOf", plan.base_version).load(str(main)).createOrReplaceTempView(
-                f"{view}_main"
-            )
+            spark.read.format("delta").option("versionAsOf", plan.base_version).load(
+                spark_uri(main)
+            ).createOrReplaceTempView(f"{view}_main")
     except Exception as exc:
         for name in views:
             spark.catalog.dropTempView(name)
@@ -899,7 +899,7 @@ def _write_staging(
     save_staging(staging, sql, commit, views=views)
 
 
-def _table_order(main: Path, version: int, columns: list[ColumnPlan]) -> list[ColumnPlan]:
+def _table_order(main: Location, version: int, columns: list[ColumnPlan]) -> list[ColumnPlan]:
     """``columns`` in the table's own column order."""
     position = {c.name: i for i, c in enumerate(reads.table_schema(main, version))}
     return sorted(columns, key=lambda c: position.get(c.name, len(position)))
@@ -919,7 +919,7 @@ class _Counts:
         return self.inserts + self.updates + self.deletes
 
 
-def _staged_counts(staging: Path, given: int) -> _Counts:
+def _staged_counts(staging: Location, given: int) -> _Counts:
     """The counts of a staging table; an insert sets ``given`` cells, a delete none (as an edit's)."""
     row = (
         reads.cursor()
@@ -1091,4 +1091,4 @@ def saved_upload(data: bytes | BinaryIO, file_name: str) -> Iterator[Path]:
         save_upload(data, path, max_bytes=get_settings().max_upload_mb * 1024 * 1024)
         yield path
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)

@@ -14,6 +14,10 @@ This module is the only place that turns ids into paths (seed 002, section 8.A):
 
 Every id is checked against ``ID_PATTERN`` before a path is built, so no user string
 can climb out of the data root or create a folder by accident.
+
+The data root is a local folder (every location is a ``pathlib.Path``) or
+``s3://bucket/prefix`` (every location is a ``core.storage.ObjectPath``, with the same ids,
+checks and relative layout).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import InvalidInput
+from core.storage import Location, ObjectPath, location
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}", re.ASCII)
 DATASET_SUBDIRS = ("main", "staging", "live_edit", "imports", "audit")
@@ -62,31 +67,31 @@ def new_id(prefix: str) -> str:
 class DatasetLayout:
     """Resolved paths of one dataset. Build it with ``dataset_layout``."""
 
-    root: Path
+    root: Location
     project_id: str
     dataset_id: str
 
     @property
-    def main(self) -> Path:
+    def main(self) -> Location:
         return self.root / "main"
 
     @property
-    def staging_root(self) -> Path:
+    def staging_root(self) -> Location:
         return self.root / "staging"
 
     @property
-    def live_edit_root(self) -> Path:
+    def live_edit_root(self) -> Location:
         return self.root / "live_edit"
 
     @property
-    def imports_root(self) -> Path:
+    def imports_root(self) -> Location:
         return self.root / "imports"
 
     @property
-    def audit(self) -> Path:
+    def audit(self) -> Location:
         return self.root / "audit"
 
-    def staging(self, change_request_id: str, revision: int = 1) -> Path:
+    def staging(self, change_request_id: str, revision: int = 1) -> Location:
         """The staging table of one revision of a change request.
 
         Revision 1 lives at ``staging/<cr_id>`` (as before revisions existed); a later one
@@ -97,22 +102,22 @@ class DatasetLayout:
             name = f"{name}{REVISION_SEPARATOR}{int(revision)}"
         return self.staging_root / name
 
-    def session_dir(self, session_id: str) -> Path:
+    def session_dir(self, session_id: str) -> Location:
         return self.live_edit_root / validate_id(session_id, kind="session id")
 
-    def live_edit(self, session_id: str) -> Path:
+    def live_edit(self, session_id: str) -> Location:
         return self.session_dir(session_id) / "edits.delta"
 
-    def session_metadata(self, session_id: str) -> Path:
+    def session_metadata(self, session_id: str) -> Location:
         return self.session_dir(session_id) / "metadata.json"
 
-    def upload(self, upload_id: str) -> Path:
+    def upload(self, upload_id: str) -> Location:
         return self.imports_root / validate_id(upload_id, kind="upload id")
 
-    def validation_run(self, run_id: str) -> Path:
+    def validation_run(self, run_id: str) -> Location:
         return self.audit / "validation_runs" / validate_id(run_id, kind="validation run id")
 
-    def maintenance_reports(self) -> Path:
+    def maintenance_reports(self) -> Location:
         return self.audit / "maintenance"
 
     def exists(self) -> bool:
@@ -134,11 +139,11 @@ def staging_owner(folder_name: str) -> str:
     return folder_name.split(REVISION_SEPARATOR, 1)[0]
 
 
-def project_root(data_root: Path, project_id: str) -> Path:
-    return Path(data_root) / "projects" / validate_id(project_id, kind="project id")
+def project_root(data_root: Path | ObjectPath | str, project_id: str) -> Location:
+    return location(data_root) / "projects" / validate_id(project_id, kind="project id")
 
 
-def dataset_layout(data_root: Path, project_id: str, dataset_id: str) -> DatasetLayout:
+def dataset_layout(data_root: Path | ObjectPath | str, project_id: str, dataset_id: str) -> DatasetLayout:
     """Resolve a dataset's paths after validating both ids. Creates nothing."""
     root = project_root(data_root, project_id) / "datasets" / validate_id(dataset_id, kind="dataset id")
     return DatasetLayout(root=root, project_id=project_id, dataset_id=dataset_id)

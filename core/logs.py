@@ -20,6 +20,7 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from core.config import get_settings
+from core.storage import ObjectPath
 
 LOG_FOLDER = "logs"
 SPARK_LOG = "spark.log"
@@ -29,7 +30,9 @@ _FORMAT = "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
 
 
 def log_dir() -> Path:
-    return get_settings().data_root / LOG_FOLDER
+    root = get_settings().data_root
+    # The process's own log files stay on its disk when the data lives in an object store.
+    return (Path("data").absolute() if isinstance(root, ObjectPath) else root) / LOG_FOLDER
 
 
 def spark_log() -> Path:

@@ -52,7 +52,6 @@ import json
 import math
 import os
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -70,6 +69,17 @@ from core.config import get_settings
 from core.datasets import ROW_ID, get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
 from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
+from core.storage import (
+    Location,
+    ObjectPath,
+    location,
+    newest_mtime,
+    object_files,
+    remove_tree,
+    sort_locations,
+    storage_options_for,
+    write_text_atomic,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,16 +176,16 @@ def _hours_text(hours: float) -> str:
 # ---------------------------------------------------------------- stats
 
 
-def _delta_table(main: Path) -> Any:
+def _delta_table(main: Location) -> Any:
     from deltalake import DeltaTable
 
     try:
-        return DeltaTable(str(main))
+        return DeltaTable(str(main), storage_options=storage_options_for(main))
     except Exception as exc:  # delta-rs raises TableNotFoundError, OSError... without a common base
         raise EngineError(f"could not read the Delta log of {main}: {str(exc).splitlines()[0]}") from exc
 
 
-def _history(main: Path) -> list[dict[str, Any]]:
+def _history(main: Location) -> list[dict[str, Any]]:
     """Commit infos of the table, newest first (delta-rs reads the log; no Spark)."""
     return list(_delta_table(main).history())
 
@@ -185,7 +195,7 @@ def _small_files(sizes: list[int], threshold: int) -> int:
     return small if small >= 2 else 0
 
 
-def _stats(main: Path) -> TableStats:
+def _stats(main: Location) -> TableStats:
     import pyarrow as pa
 
     table = _delta_table(main)
@@ -207,7 +217,7 @@ def _stats(main: Path) -> TableStats:
     )
 
 
-def main_table_stats(main: Path) -> TableStats:
+def main_table_stats(main: Location) -> TableStats:
     """``table_stats`` of a ``main`` folder, with no permission check (``core.sla`` and ``core.metrics``)."""
     return _stats(main)
 
@@ -220,15 +230,18 @@ def table_stats(catalog: Catalog, project_id: str, dataset_id: str, *, actor: Us
         PermissionDenied: ``actor`` is not a member of the project.
     """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    return _stats(Path(info.path))
+    return _stats(location(info.path))
 
 
 def _size_doc(stats: TableStats) -> dict[str, int]:
     return {"files": stats.files, "size_bytes": stats.size_bytes, "small_files": stats.small_files}
 
 
-def _data_files_on_disk(main: Path) -> int:
+def _data_files_on_disk(main: Location) -> int:
     """Files under ``main`` outside ``_delta_log`` (hidden checksum files left out)."""
+    if isinstance(main, ObjectPath):
+        objects = object_files(main)
+        return sum(1 for p in objects if "_delta_log" not in p.key.split("/") and not p.name.startswith("."))
     count = 0
     for folder, dirs, files in os.walk(main):
         dirs[:] = [d for d in dirs if d != "_delta_log"]
@@ -250,7 +263,7 @@ def _retention_hours(raw: str | None, prop: str) -> float | None:
     return sum(float(n) * _UNIT_HOURS[unit.lower()] for n, unit in parts)
 
 
-def _retention_changes(main: Path) -> dict[str, str]:
+def _retention_changes(main: Location) -> dict[str, str]:
     """Retention properties below the restore window, with the value each should get."""
     config = dict(_delta_table(main).metadata().configuration)
     window_days = get_settings().restore_window_days
@@ -263,7 +276,7 @@ def _retention_changes(main: Path) -> dict[str, str]:
     return changes
 
 
-def _check_zorder(main: Path, version: int | None, zorder: list[str]) -> list[str]:
+def _check_zorder(main: Location, version: int | None, zorder: list[str]) -> list[str]:
     names = [c.name for c in reads.table_schema(main, version)]
     columns: list[str] = []
     for raw in zorder:
@@ -300,7 +313,7 @@ def _check_retain(retain_hours: float | None) -> float:
     return hours
 
 
-def _unrestorable(main: Path, retain_hours: float) -> tuple[int, int, datetime] | None:
+def _unrestorable(main: Location, retain_hours: float) -> tuple[int, int, datetime] | None:
     """First and last version a VACUUM with this retention may break, and the cutoff.
 
     A version breaks when a later commit older than the cutoff removed one of its files;
@@ -325,7 +338,7 @@ FORCE_HINT = "pass --force to do it anyway"
 
 
 def _short_retention_message(
-    project_id: str, dataset_id: str, main: Path, retain_hours: float, force_hint: str = FORCE_HINT
+    project_id: str, dataset_id: str, main: Location, retain_hours: float, force_hint: str = FORCE_HINT
 ) -> str:
     window = get_settings().restore_window_days
     retain = _hours_text(retain_hours)
@@ -381,13 +394,13 @@ def _retain_sql(hours: float) -> str:
     return f"{hours:.6f}".rstrip("0").rstrip(".") or "0"
 
 
-def _set_retention(main: Path, changes: dict[str, str], commit: engine.CommitInfo) -> None:
+def _set_retention(main: Location, changes: dict[str, str], commit: engine.CommitInfo) -> None:
     props = ", ".join(f"{engine.spark_string(k)} = {engine.spark_string(v)}" for k, v in changes.items())
     with engine.commit_metadata(commit):
         engine.get_spark().sql(f"ALTER TABLE {engine.delta_ref(main)} SET TBLPROPERTIES ({props})")
 
 
-def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[str, Any]:
+def _optimize(main: Location, zorder: list[str], commit: engine.CommitInfo) -> dict[str, Any]:
     sql = f"OPTIMIZE {engine.delta_ref(main)}"
     if zorder:
         sql += " ZORDER BY (" + ", ".join(engine.spark_ident(c) for c in zorder) + ")"
@@ -414,7 +427,7 @@ def _optimize(main: Path, zorder: list[str], commit: engine.CommitInfo) -> dict[
     }
 
 
-def _vacuum(main: Path, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
+def _vacuum(main: Location, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
     """VACUUM if a dry run finds anything to delete; returns the number of files it lists."""
     base = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(retain_hours)} HOURS"
     with _vacuum_session(commit, skip_check=skip_check) as spark:
@@ -468,7 +481,7 @@ def vacuum_dry_run(
     """
     require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    main = Path(info.path)
+    main = location(info.path)
     hours = _check_retain(retain_hours)
     table_hours = _retention_hours(
         dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
@@ -494,7 +507,7 @@ def vacuum_dry_run(
     )
 
 
-def _last_checkpoint(main: Path) -> int | None:
+def _last_checkpoint(main: Location) -> int | None:
     marker = main / "_delta_log" / "_last_checkpoint"
     if not marker.is_file():
         return None
@@ -508,7 +521,7 @@ CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 CHECKPOINT_ACTION = "checkpoint"
 
 
-def _checkpoint_is_current(main: Path) -> bool:
+def _checkpoint_is_current(main: Location) -> bool:
     """The last checkpoint is of the newest version, or of the one before it when the
     newest is the interval-restoring commit of an Oreo checkpoint (nothing to add)."""
     latest, existing = engine.latest_version(main), _last_checkpoint(main)
@@ -519,7 +532,7 @@ def _checkpoint_is_current(main: Path) -> bool:
     return existing == latest - 1 and engine.find_commit(main, existing, action=CHECKPOINT_ACTION) is not None
 
 
-def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
+def _checkpoint(main: Location, commit: engine.CommitInfo) -> None:
     """A Delta log checkpoint, written with SQL alone, the same on embedded Spark and Spark Connect.
 
     Delta has no CHECKPOINT statement, and its ``DeltaLog`` API is a JVM handle that
@@ -532,9 +545,7 @@ def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
     """
     spark = engine.get_spark()
     ref = engine.delta_ref(main)
-    before = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}.get(
-        CHECKPOINT_INTERVAL
-    )
+    before = {str(r[0]): str(r[1]) for r in spark.sql(f"SHOW TBLPROPERTIES {ref}").collect()}.get(CHECKPOINT_INTERVAL)
     key = engine.spark_string(CHECKPOINT_INTERVAL)
     restore = (
         f"ALTER TABLE {ref} UNSET TBLPROPERTIES ({key})"
@@ -549,13 +560,11 @@ def _checkpoint(main: Path, commit: engine.CommitInfo) -> None:
 # ---------------------------------------------------------------- maintain
 
 
-def _write_report(folder: Path, run_id: str, report: dict[str, Any]) -> Path:
+def _write_report(folder: Location, run_id: str, report: dict[str, Any]) -> Location:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{run_id}.json"
     report["report"] = str(path)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(report, indent=2, default=str))
-    tmp.replace(path)  # atomic: a reader never sees half a report
+    write_text_atomic(path, json.dumps(report, indent=2, default=str))  # a reader never sees half a report
     return path
 
 
@@ -605,7 +614,7 @@ def maintain(
     target = f"{project_id}/{dataset_id}"
     require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    main = Path(info.path)
+    main = location(info.path)
     optimize = optimize or bool(zorder)
     if not (optimize or vacuum or checkpoint):
         raise InvalidInput(
@@ -777,7 +786,7 @@ class _Removal:
         return f"{self.layout.project_id}/{self.layout.dataset_id}/{self.ident}"
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Location:
         if self.kind == "session":
             return self.layout.session_dir(self.ident)
         if self.kind == "staging":
@@ -785,8 +794,10 @@ class _Removal:
         return self.layout.upload(self.ident)
 
 
-def _touched(path: Path) -> datetime:
+def _touched(path: Location) -> datetime:
     """When anything in ``path`` last changed (newest mtime of it and everything below)."""
+    if isinstance(path, ObjectPath):
+        return datetime.fromtimestamp(newest_mtime(path), tz=UTC)
     newest = path.stat().st_mtime
     for folder, _dirs, files in os.walk(path):
         newest = max(newest, Path(folder).stat().st_mtime)
@@ -798,11 +809,11 @@ def _touched(path: Path) -> datetime:
     return datetime.fromtimestamp(newest, tz=UTC)
 
 
-def _children(folder: Path) -> list[Path]:
+def _children(folder: Location) -> list[Location]:
     """Sub-folders named like Oreo ids (anything else is not ours to judge)."""
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if p.is_dir() and ID_PATTERN.fullmatch(p.name))
+    return sort_locations([p for p in folder.iterdir() if p.is_dir() and ID_PATTERN.fullmatch(p.name)])
 
 
 def _expired_sessions(
@@ -947,7 +958,7 @@ def cleanup(
                 except ConflictError:  # submitted or reopened meanwhile: it is a request's now
                     kept.append(item)
             else:
-                shutil.rmtree(item.path, ignore_errors=True)
+                remove_tree(item.path)
         removals = [item for item in removals if item not in kept]
 
     def labels(kind: str) -> list[str]:

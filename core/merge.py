@@ -45,7 +45,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import select
@@ -73,6 +72,7 @@ from core.change_requests import (
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
+from core.storage import Location, spark_uri
 from core.writer import writing
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def _retryable() -> tuple[type[BaseException], ...]:
 # ---------------------------------------------------------------- conflicts
 
 
-def _staged_changes(staging: Path) -> dict[str, tuple[str, list[str]]]:
+def _staged_changes(staging: Location) -> dict[str, tuple[str, list[str]]]:
     """row_id -> (op, changed columns) of a staging table."""
     rows = (
         reads.cursor()
@@ -140,7 +140,7 @@ def _staged_changes(staging: Path) -> dict[str, tuple[str, list[str]]]:
 _LISTED_IDS = 1000
 
 
-def conflicts_since(main: Path, staging: Path, base_version: int) -> list[Conflict]:
+def conflicts_since(main: Location, staging: Location, base_version: int) -> list[Conflict]:
     """Cells the staged change touches that commits after ``base_version`` changed.
 
     Nothing is read when ``main`` has not moved since ``base_version``. Otherwise reads
@@ -164,12 +164,14 @@ def conflicts_since(main: Path, staging: Path, base_version: int) -> list[Confli
             .option("readChangeFeed", "true")
             .option("startingVersion", base_version + 1)
             .option("endingVersion", latest)
-            .load(str(main))
+            .load(spark_uri(main))
         )
         if len(staged) <= _LISTED_IDS:
             changes = feed.where(feed["row_id"].isin(sorted(staged)))
         else:
-            changes = feed.join(spark.read.format("delta").load(str(staging)).select("row_id"), "row_id", "left_semi")
+            changes = feed.join(
+                spark.read.format("delta").load(spark_uri(staging)).select("row_id"), "row_id", "left_semi"
+            )
         rows = [r.asDict() for r in changes.collect()]
     except Exception as exc:
         raise EngineError(f"Spark could not read the change data feed of {main}: {str(exc).splitlines()[0]}") from exc
@@ -254,8 +256,8 @@ def sweep_stale(catalog: Catalog) -> int:
 
 
 def _merge_sql(
-    main: Path,
-    staging: Path,
+    main: Location,
+    staging: Location,
     columns: list[str],
     existing: set[str],
     ops: set[str],
@@ -345,7 +347,7 @@ class _Staged:
     rows: Any = None  # a small source's rows (a pyarrow Table), read by DuckDB
 
 
-def _small_source(staging: Path) -> _Staged:
+def _small_source(staging: Location) -> _Staged:
     """The staged ops, and for a source of at most ``SMALL_SOURCE_ROWS`` rows its rows and row_ids.
 
     Reading a few rows from the staging table in DuckDB and handing them to Spark as a
@@ -363,8 +365,8 @@ def _small_source(staging: Path) -> _Staged:
 
 def _merge_once(
     record: ChangeRequest,
-    main: Path,
-    staging: Path,
+    main: Location,
+    staging: Location,
     commit: engine.CommitInfo,
     *,
     checked_version: int,
@@ -377,7 +379,12 @@ def _merge_once(
 
 
 def merge_staged(
-    main: Path, staging: Path, commit: engine.CommitInfo, *, txn: tuple[str, int] | None = None, widen: bool = False
+    main: Location,
+    staging: Location,
+    commit: engine.CommitInfo,
+    *,
+    txn: tuple[str, int] | None = None,
+    widen: bool = False,
 ) -> None:
     """The one MERGE statement of a staging table into ``main``, as an approval runs it (no checks)."""
     from pyspark.errors import PySparkException
@@ -411,7 +418,7 @@ def merge_staged(
                 spark.catalog.dropTempView(view)
 
 
-def _allow_type_widening(main: Path, commit: engine.CommitInfo) -> None:
+def _allow_type_widening(main: Location, commit: engine.CommitInfo) -> None:
     """Turn on Delta type widening for a table made before Oreo turned it on at creation.
 
     Tables Oreo creates have it from their first commit, so the widening lands in the
@@ -427,7 +434,7 @@ def _allow_type_widening(main: Path, commit: engine.CommitInfo) -> None:
         spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ('{engine.TYPE_WIDENING_PROPERTY}' = 'true')").collect()
 
 
-def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit: engine.CommitInfo) -> None:
+def _merge_with_retries(record: ChangeRequest, main: Location, staging: Location, commit: engine.CommitInfo) -> None:
     retryable = _retryable()
     for attempt in Retrying(
         retry=retry_if_exception_type(retryable),
@@ -447,7 +454,7 @@ def _merge_with_retries(record: ChangeRequest, main: Path, staging: Path, commit
                 raise _TableMoved(f"{main} moved past version {checked} before the MERGE read it")
 
 
-def _raise_on_conflicts(record: ChangeRequest, main: Path, staging: Path) -> None:
+def _raise_on_conflicts(record: ChangeRequest, main: Location, staging: Location) -> None:
     conflicts = conflicts_since(main, staging, record.base_version)
     if conflicts:
         metrics.conflicts_found(len(conflicts))

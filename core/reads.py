@@ -25,6 +25,7 @@ import duckdb
 from core import damage, metrics
 from core.errors import EngineError, InvalidInput, NotFound
 from core.filters import Condition, check_conditions, condition_sql, where_sql
+from core.storage import Location, duckdb_secret_sql, is_object_uri, location, storage_options_for
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,22 +38,33 @@ _local = threading.local()
 _cursors: list[tuple[threading.Thread, duckdb.DuckDBPyConnection]] = []  # each with the thread it serves
 
 
-def extension_path() -> Path:
-    """The signed delta extension inside the installed ``duckdb-extension-delta`` wheel."""
-    import duckdb_extension_delta
+def extension_path(name: str = "delta") -> Path:
+    """The signed ``name`` extension inside the installed ``duckdb-extension-<name>`` wheel."""
+    import importlib
 
-    folder = Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}"
-    path = folder / "delta.duckdb_extension"
+    try:
+        package = importlib.import_module(f"duckdb_extension_{name}")
+    except ImportError as exc:
+        raise EngineError(
+            f"the DuckDB {name} extension is not installed",
+            hint=f"install duckdb-extension-{name} with the same version as duckdb",
+        ) from exc
+    folder = Path(str(package.__file__)).parent / "extensions" / f"v{duckdb.__version__}"
+    path = folder / f"{name}.duckdb_extension"
     if not path.is_file():
         raise EngineError(
-            f"DuckDB delta extension for DuckDB {duckdb.__version__} not found at {path}",
-            hint="install duckdb-extension-delta with the same version as duckdb",
+            f"DuckDB {name} extension for DuckDB {duckdb.__version__} not found at {path}",
+            hint=f"install duckdb-extension-{name} with the same version as duckdb",
         )
     return path
 
 
 def open_duckdb() -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB with the signed delta extension loaded and nothing fetched."""
+    """A new in-memory DuckDB with the signed delta extension loaded and nothing fetched.
+
+    With the data root on an object store, httpfs is loaded first (from its wheel, like
+    delta) and a secret carries the store's endpoint and credentials (``core.storage``).
+    """
     con = duckdb.connect(
         ":memory:",
         config={
@@ -61,6 +73,11 @@ def open_duckdb() -> duckdb.DuckDBPyConnection:
             "autoload_known_extensions": "false",
         },
     )
+    from core.config import get_settings
+
+    if is_object_uri(get_settings().data_root):
+        con.execute(f"LOAD '{extension_path('httpfs')}'")
+        con.execute(duckdb_secret_sql())
     con.execute(f"LOAD '{extension_path()}'")
     # Text forms of timestamps (edits, JSON output) must not depend on the host's zone.
     con.execute("SET TimeZone = 'UTC'")
@@ -131,12 +148,12 @@ def _scan(version: int | None) -> tuple[str, list[Any]]:
     return "delta_scan(?, version => ?)", [int(version)]
 
 
-def _run(sql: str, params: list[Any], path: Path) -> duckdb.DuckDBPyConnection:
+def _run(sql: str, params: list[Any], path: Location) -> duckdb.DuckDBPyConnection:
     try:
         return cursor().execute(sql, params)
     except duckdb.Error as exc:
         # A missing data file or a cut commit reads as some engine error; name the damage instead.
-        damaged = damage.find_damage(Path(path))
+        damaged = damage.find_damage(location(path))
         if damaged is not None:
             raise damaged from exc
         message = str(exc)
@@ -167,30 +184,30 @@ class Page:
     total: int
 
 
-def table_schema(path: Path, version: int | None = None) -> list[Column]:
+def table_schema(path: Location, version: int | None = None) -> list[Column]:
     """Column names and DuckDB types of a Delta table (optionally at ``version``)."""
     _require_table(path)
     if version is not None:
         # A committed version never changes, so its schema is remembered by the version's
         # commit file identity: a table replaced at the same path (by any process) is read anew.
-        key = _version_key(Path(path), int(version))
+        key = _version_key(location(path), int(version))
         if key is not None:
             return list(_schema_at(*key))
-    return list(_describe(Path(path), version))
+    return list(_describe(location(path), version))
 
 
 @lru_cache(maxsize=512)
 def _schema_at(path: str, version: int, _mtime_ns: int, _size: int) -> tuple[Column, ...]:
-    return _describe(Path(path), version)
+    return _describe(location(path), version)
 
 
-def _describe(path: Path, version: int | None) -> tuple[Column, ...]:
+def _describe(path: Location, version: int | None) -> tuple[Column, ...]:
     scan, extra = _scan(version)
     result = _run(f"DESCRIBE SELECT * FROM {scan}", [str(path), *extra], path).fetchall()
     return tuple(Column(name=row[0], type=str(row[1])) for row in result)
 
 
-def count_rows(path: Path, version: int | None = None) -> int:
+def count_rows(path: Location, version: int | None = None) -> int:
     """Row count of a Delta table, counted by DuckDB (seed 002 section 8.D)."""
     _require_table(path)
     scan, extra = _scan(version)
@@ -198,8 +215,8 @@ def count_rows(path: Path, version: int | None = None) -> int:
     return int(row[0]) if row else 0
 
 
-def _require_table(path: Path) -> None:
-    if not (Path(path) / "_delta_log").is_dir():
+def _require_table(path: Location) -> None:
+    if not (location(path) / "_delta_log").is_dir():
         raise NotFound(f"no Delta table at {path}", kind="table", ident=str(path))
 
 
@@ -268,7 +285,7 @@ class Overlay:
 
 
 def _source(
-    path: Path, version: int | None, overlay: Overlay | None, columns: dict[str, str], held: _Held | None = None
+    path: Location, version: int | None, overlay: Overlay | None, columns: dict[str, str], held: _Held | None = None
 ) -> tuple[str, list[Any], list[str]]:
     """The FROM item of a page query, its parameters, and the views it registered (the overlay's).
 
@@ -303,7 +320,7 @@ def _source(
 
 @dataclass(frozen=True)
 class _Query:
-    path: Path
+    path: Location
     source: str
     source_params: list[Any]
     where: str
@@ -485,10 +502,10 @@ class _Held:
         return int(self.positioned.nbytes)
 
 
-def _version_key(path: Path, version: int) -> tuple[Any, ...] | None:
+def _version_key(path: Location, version: int) -> tuple[Any, ...] | None:
     """(path, version, commit file identity), or None for a version only in a checkpoint."""
     try:
-        stat = (Path(path) / "_delta_log" / f"{int(version):020d}.json").stat()
+        stat = (location(path) / "_delta_log" / f"{int(version):020d}.json").stat()
     except OSError:
         return None
     return (str(path), int(version), stat.st_mtime_ns, stat.st_size)
@@ -500,7 +517,7 @@ def _held_budget() -> int:
     return max(0, int(get_settings().read_cache_mb)) << 20
 
 
-def _held_version(path: Path, version: int, known_total: int | None) -> _Held | None:
+def _held_version(path: Location, version: int, known_total: int | None) -> _Held | None:
     """``path`` at ``version`` if held in memory; its second read starts holding it if it fits.
 
     A version estimated at up to ``_HELD_NOW_BYTES`` is loaded by the reading thread (a
@@ -531,7 +548,7 @@ def _held_version(path: Path, version: int, known_total: int | None) -> _Held | 
     return None
 
 
-def _held_estimate(path: Path, version: int, known_total: int | None) -> float:
+def _held_estimate(path: Location, version: int, known_total: int | None) -> float:
     """The bytes ``path`` at ``version`` would take in memory, from a sample of its rows."""
     scan, extra = _scan(version)
     params = [str(path), *extra]
@@ -544,7 +561,7 @@ def _held_estimate(path: Path, version: int, known_total: int | None) -> float:
     return per_row * total * 1.25 + 4 * total  # Arrow buffers' slack, and the positions
 
 
-def _hold(key: tuple[Any, ...], path: Path, version: int, budget: int) -> _Held | None:
+def _hold(key: tuple[Any, ...], path: Location, version: int, budget: int) -> _Held | None:
     """Load ``path`` at ``version`` and keep it as the newest held version (None if over ``budget``)."""
     import numpy as np
     import pyarrow as pa
@@ -620,7 +637,7 @@ def check_page(limit: int, offset: int) -> None:
 
 
 def read_page(
-    path: Path,
+    path: Location,
     *,
     version: int | None = None,
     filters: list[RowFilter] | None = None,
@@ -700,7 +717,7 @@ def read_page(
 
 
 def first_emptying_condition(
-    path: Path, conditions: list[Condition], version: int | None = None, overlay: Overlay | None = None
+    path: Location, conditions: list[Condition], version: int | None = None, overlay: Overlay | None = None
 ) -> Condition | None:
     """The first condition after which no row is left (conditions applied in order), or None.
 
@@ -738,7 +755,7 @@ def first_emptying_condition(
     return None
 
 
-def read_rows_by_id(path: Path, row_ids: list[str], version: int | None = None) -> pd.DataFrame:
+def read_rows_by_id(path: Location, row_ids: list[str], version: int | None = None) -> pd.DataFrame:
     """The rows of ``path`` whose ``row_id`` is in ``row_ids``."""
     scan, extra = _scan(version)
     sql = f"SELECT * FROM {scan} WHERE row_id IN (SELECT unnest(?::VARCHAR[]))"
@@ -796,7 +813,7 @@ _looked_up: set[tuple[Any, ...]] = set()
 
 
 def read_rows_as_text(
-    path: Path, version: int, row_ids: list[str], columns: list[str] | None = None
+    path: Location, version: int, row_ids: list[str], columns: list[str] | None = None
 ) -> dict[str, dict[str, str | None]]:
     """Rows of a table version by ``row_id``, each value as DuckDB's text for it.
 
@@ -854,11 +871,11 @@ def _read_located(
     return found
 
 
-def _locator(path: Path, version: int) -> _RowLocator | None:
+def _locator(path: Location, version: int) -> _RowLocator | None:
     """The locator of a table version; None on its first lookup or when its layout rules one out."""
     from deltalake.exceptions import DeltaError
 
-    key = _version_key(Path(path), version)
+    key = _version_key(location(path), version)
     if key is None:
         return None  # a version only in a checkpoint: scanned, not remembered
     with _locator_lock:
@@ -885,12 +902,12 @@ def _locator(path: Path, version: int) -> _RowLocator | None:
     return locator
 
 
-def _build_locator(path: Path, version: int) -> _RowLocator | None:
+def _build_locator(path: Location, version: int) -> _RowLocator | None:
     """A row locator for ``path`` at ``version``; None when the table's layout rules it out."""
     import pyarrow as pa
     from deltalake import DeltaTable
 
-    table = DeltaTable(str(path), version=version)
+    table = DeltaTable(str(path), version=version, storage_options=storage_options_for(path))
     metadata = table.metadata()
     mapping = metadata.configuration.get("delta.columnMapping.mode", "none")
     features = set(table.protocol().reader_features or [])

@@ -25,12 +25,12 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from core import reads
 from core.errors import InvalidInput, NotFound
 from core.layout import DatasetLayout
+from core.storage import Location, glob
 
 # A value set is proposed for text with at most this many distinct values, each seen at
 # least twice on average (otherwise the set is just the rows seen so far).
@@ -105,7 +105,7 @@ def _rule(kind: str, column: str, **kwargs: Any) -> dict[str, Any]:
     }
 
 
-def infer_rules(path: Path, version: int | None, columns: list[reads.Column]) -> list[dict[str, Any]]:
+def infer_rules(path: Location, version: int | None, columns: list[reads.Column]) -> list[dict[str, Any]]:
     """Warning rules that every row of ``path`` at ``version`` keeps (one DuckDB pass, then one per text column).
 
     ``row_id`` gets none: the default suite already requires it present and unique.
@@ -166,13 +166,13 @@ def infer_rules(path: Path, version: int | None, columns: list[reads.Column]) ->
     return found
 
 
-def _scan(path: Path, version: int | None) -> tuple[str, list[Any]]:
+def _scan(path: Location, version: int | None) -> tuple[str, list[Any]]:
     if version is None:
         return "delta_scan(?)", [str(path)]
     return "delta_scan(?, version => ?)", [str(path), int(version)]
 
 
-def _all_distinct(path: Path, version: int | None, column: str) -> bool:
+def _all_distinct(path: Location, version: int | None, column: str) -> bool:
     name = reads.quote_ident(column)
     scan, at = _scan(path, version)
     row = reads.cursor().execute(f"SELECT count({name}) = count(DISTINCT {name}) FROM {scan}", at).fetchone()
@@ -295,7 +295,7 @@ class RecentFailures:
 def recent_failures(layout: DatasetLayout, runs: int = 20) -> RecentFailures:
     """The failures of the dataset's last ``runs`` validation runs, newest first by file time."""
     folder = layout.validation_run("x").parent
-    summaries = sorted(folder.glob("*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)[:runs]
+    summaries = sorted(glob(folder, "*/summary.json"), key=lambda p: p.stat().st_mtime, reverse=True)[:runs]
     counts: dict[tuple[str, str | None], int] = {}
     for path in summaries:
         try:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -49,6 +48,7 @@ from core.datasets import DatasetInfo, dataset_settings, get_dataset, layout_for
 from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
 from core.filters import Condition
 from core.layout import DatasetLayout, new_id, validate_id
+from core.storage import ObjectPath, glob, location, remove_tree, storage_options_for, tree_bytes, write_text_atomic
 from core.values import canonical_text
 
 if TYPE_CHECKING:
@@ -121,10 +121,7 @@ def _now() -> datetime:
 
 
 def _write_metadata(layout: DatasetLayout, info: SessionInfo) -> None:
-    path = layout.session_metadata(info.session_id)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(asdict(info), indent=2))
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    write_text_atomic(layout.session_metadata(info.session_id), json.dumps(asdict(info), indent=2))
 
 
 def _read_metadata(layout: DatasetLayout, session_id: str) -> SessionInfo:
@@ -270,7 +267,7 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
         raise ConflictError(
             f"session {session_id} belongs to change request {cr_id} {waiting}; withdraw the request first"
         )
-    shutil.rmtree(layout.session_dir(session_id), ignore_errors=True)
+    remove_tree(layout.session_dir(session_id))
     _events_cache.pop(session_id, None)
     with catalog.session() as s:
         audit.record(
@@ -307,9 +304,15 @@ def _append(
         )
     data = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
     if table is None and (path / "_delta_log").is_dir():
-        table = DeltaTable(str(path))
+        table = DeltaTable(str(path), storage_options=storage_options_for(path))
     if table is None:
-        write_deltalake(path, data, mode="append", configuration=_EDITS_TABLE_CONFIG)
+        write_deltalake(
+            path if isinstance(path, Path) else str(path),
+            data,
+            mode="append",
+            configuration=_EDITS_TABLE_CONFIG,
+            storage_options=storage_options_for(path),
+        )
     else:
         # A commit from a stale table is still safe: delta-rs retries an append on top.
         write_deltalake(table, data, mode="append")
@@ -319,8 +322,11 @@ def _append(
 
 
 def _session_bytes(layout: DatasetLayout, session_id: str) -> int:
+    top = layout.session_dir(session_id)
+    if isinstance(top, ObjectPath):
+        return tree_bytes(top)
     total = 0
-    folders = [layout.session_dir(session_id)]
+    folders = [top]
     while folders:  # os.scandir: a save must not pay pathlib's cost per file of a long session
         with os.scandir(folders.pop()) as entries:
             for entry in entries:
@@ -386,7 +392,9 @@ def _open_edits(layout: DatasetLayout, session_id: str) -> DeltaTable | None:
     from deltalake import DeltaTable
 
     path = layout.live_edit(session_id)
-    return DeltaTable(str(path)) if (path / "_delta_log").is_dir() else None
+    if not (path / "_delta_log").is_dir():
+        return None
+    return DeltaTable(str(path), storage_options=storage_options_for(path))
 
 
 def _sorted_events(table: DeltaTable | None) -> pa.Table:
@@ -522,7 +530,7 @@ def _main_values(
     """Base values of some rows (``row_id`` and ``columns``, as text), keyed by row_id."""
     if not row_ids:
         return {}
-    return reads.read_rows_as_text(Path(dataset.path), base_version, row_ids, columns)
+    return reads.read_rows_as_text(location(dataset.path), base_version, row_ids, columns)
 
 
 def _seen_base_values(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -605,7 +613,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
     if not ops:
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
-    schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), info.base_version)}
+    schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), info.base_version)}
     cached = _cached(layout, info)
     stored = cached.events
     current = {(e.row_id, e.column): e for e in _fold(stored)}
@@ -726,7 +734,7 @@ def _overlay_rows(
         if any(e.column is not None and e.change == "update" for e in row_edits)
         and not any(e.change == "insert" and e.column is None for e in row_edits)
     ]
-    stored = reads.read_rows_as_text(Path(dataset.path), int(dataset.version or 0), updated) if updated else {}
+    stored = reads.read_rows_as_text(location(dataset.path), int(dataset.version or 0), updated) if updated else {}
     rows: dict[str, dict[str, str | None]] = {}
     for row_id, row_edits in by_row.items():
         inserted = any(e.change == "insert" and e.column is None for e in row_edits)
@@ -769,7 +777,7 @@ def overlay_page(
     info = get_session(catalog, session_id, actor=actor)
     layout = layout_for(info.project_id, info.dataset_id)
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
-    schema = {c.name: c.type for c in reads.table_schema(Path(dataset.path), dataset.version)}
+    schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), dataset.version)}
     by_row: dict[str, list[CellEdit]] = {}
     for e in effective_edits(layout, session_id):
         by_row.setdefault(e.row_id, []).append(e)
@@ -778,7 +786,7 @@ def overlay_page(
         added = sum(any(e.change == "insert" and e.column is None for e in edits) for edits in by_row.values())
         overlay = reads.Overlay(_overlay_rows(dataset, schema, by_row), added=added, key=dataset.key_column)
     page = reads.read_page(
-        Path(dataset.path),
+        location(dataset.path),
         version=dataset.version,
         filters=filters,
         conditions=conditions,
@@ -822,7 +830,7 @@ def current_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor
 def _own_editable(layout: DatasetLayout, owner: str) -> list[SessionInfo]:
     """``owner``'s editable sessions on a dataset: one being revised first, then open ones."""
     found = []
-    for meta in sorted(layout.live_edit_root.glob("*/metadata.json")):
+    for meta in glob(layout.live_edit_root, "*/metadata.json"):
         info = SessionInfo(**json.loads(meta.read_text()))
         if info.owner == owner and info.state in EDITABLE:
             found.append(info)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core import logs
+from core.storage import Location, ObjectPath, tree_bytes
 
 if TYPE_CHECKING:
     from core.auth import User
@@ -242,7 +243,9 @@ _stats_lock = threading.Lock()
 _stats_cache: dict[tuple[str, int | None], Any] = {}  # (main path, catalog version) -> TableStats
 
 
-def _folder_bytes(folder: Path) -> int:
+def _folder_bytes(folder: Location) -> int:
+    if isinstance(folder, ObjectPath):
+        return tree_bytes(folder)
     total = 0
     for parent, _dirs, files in os.walk(folder):
         for name in files:
@@ -253,7 +256,7 @@ def _folder_bytes(folder: Path) -> int:
     return total
 
 
-def _main_stats(path: Path, version: int | None) -> Any:
+def _main_stats(path: Location, version: int | None) -> Any:
     """``maintenance.main_table_stats`` once per table version (the catalog's, bumped by every commit)."""
     from core import maintenance
 

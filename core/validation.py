@@ -20,13 +20,13 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from core import metrics, rules
 from core.catalog import utcnow
 from core.errors import EngineError, InvalidInput, NotFound
 from core.layout import DatasetLayout, new_id
+from core.storage import Location, write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -101,7 +101,7 @@ class ValidationRun:
         }
 
 
-def suite_path(layout: DatasetLayout) -> Path:
+def suite_path(layout: DatasetLayout) -> Location:
     return layout.audit / "expectations" / "suite.json"
 
 
@@ -165,9 +165,7 @@ def save_suite(layout: DatasetLayout, document: Any) -> dict[str, Any]:
     suite = parse_suite(document)
     path = suite_path(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(suite, indent=2, default=str))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(suite, indent=2, default=str))
     return suite
 
 
@@ -233,7 +231,7 @@ def _unique_column_sets(suite: dict[str, Any]) -> list[list[str]]:
     return sets
 
 
-def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any]) -> pd.DataFrame:
+def change_frame(main: Location, version: int, staging: Location, suite: dict[str, Any]) -> pd.DataFrame:
     """What GX must see to judge a staged change against ``main`` as of ``version``.
 
     That is every staged row as it would be after the merge (deletes left out), plus -
@@ -275,7 +273,7 @@ def change_frame(main: Path, version: int, staging: Path, suite: dict[str, Any])
 _PREFILTER_VALUES = 1000
 
 
-def _prefilter(staging: Path, sets: list[list[str]]) -> tuple[str, list[Any]]:
+def _prefilter(staging: Location, sets: list[list[str]]) -> tuple[str, list[Any]]:
     """A condition implied by "shares a unique column set's values with a staged row", and its parameters.
 
     For each set: every column's value is among the staged (non-NULL) values of that

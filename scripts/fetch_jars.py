@@ -15,6 +15,10 @@
 ``core.engine`` starts Spark with ``spark.jars`` set to these files when the folder is
 complete, and falls back to ``spark.jars.packages`` (logging it) when it is not. The
 folder is ``OREO_JARS_DIR`` when set (the Docker image, tests).
+
+``--s3a`` (``make jars-s3a``) does the same, under the same lock, for Hadoop's s3a
+(``core.engine.S3A_PACKAGES``: hadoop-aws and the AWS SDK bundle of about 640 MB) into
+``.venv/oreo-s3a-jars`` (``OREO_S3A_JARS_DIR``), which Spark adds for an ``s3://`` data root.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urlparse
 
-from core.engine import JARS_MANIFEST, delta_packages, jars_dir, offline_jars
+from core.engine import JARS_MANIFEST, S3A_PACKAGES, delta_packages, jars_dir, offline_jars, s3a_jars, s3a_jars_dir
 
 # Port 9 (discard) on loopback refuses every connection, so any download fails at once.
 _UNREACHABLE_IVY = """<ivysettings>
@@ -53,6 +57,18 @@ with open(sys.argv[1], "w") as out:
 spark.stop()
 """
 
+# Runs in a child process: resolve the s3a packages alone and write the jar files Ivy resolved.
+_RESOLVE_S3A = """
+import sys
+from pyspark.sql import SparkSession
+
+builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+spark = builder.config("spark.jars.packages", sys.argv[2]).getOrCreate()
+with open(sys.argv[1], "w") as out:
+    out.write(spark.sparkContext.getConf().get("spark.jars", ""))
+spark.stop()
+"""
+
 # Runs in a child process against the new folder, with Ivy unable to reach anything.
 _CHECK = """
 import sys
@@ -69,11 +85,14 @@ def ivy_dir() -> Path:
 
 
 def main() -> int:
-    target = jars_dir()
+    s3a = "--s3a" in sys.argv[1:]
+    target = s3a_jars_dir() if s3a else jars_dir()
     lock_path = ivy_dir() / "oreo-fetch-jars.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     with lock_path.open("a") as lock:
         waited = _lock(lock)
+        if s3a:
+            return 0 if s3a_jars() is not None else _fetch_s3a(target)
         if offline_jars(target) is not None:
             after = " (after waiting for another setup)" if waited else ""
             print(f"Delta jars already in place in {target}{after}.")
@@ -122,12 +141,32 @@ def _fetch(target: Path) -> int:
     return 0
 
 
-def _resolve(work: Path) -> list[Path] | None:
-    """The local jar files Spark resolved for the Delta packages, or None if it could not."""
+def _fetch_s3a(target: Path) -> int:
+    """Resolve ``S3A_PACKAGES`` and copy its jars into ``target`` (replaced whole, never half-written)."""
+    with tempfile.TemporaryDirectory(prefix="oreo-s3a-jars-") as tmp:
+        work = Path(tmp)
+        jars = _resolve(work, _RESOLVE_S3A, S3A_PACKAGES)
+        if jars is None:
+            print(f"error: Spark could not resolve {S3A_PACKAGES}", file=sys.stderr)
+            _keep_log(work / "resolve.log")
+            return 1
+        staging = target.with_name(f"{target.name}.new-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            _copy(jars, staging, S3A_PACKAGES)
+            _replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    print(f"s3a jars ready in {target} ({len(jars)} files).")
+    return 0
+
+
+def _resolve(work: Path, script: str = _RESOLVE, *args: str) -> list[Path] | None:
+    """The local jar files Spark resolved for the packages, or None if it could not."""
     listing = work / "jars.txt"
     with (work / "resolve.log").open("a") as log:
         done = subprocess.run(
-            [sys.executable, "-c", _RESOLVE, str(listing)], stdout=log, stderr=subprocess.STDOUT, check=False
+            [sys.executable, "-c", script, str(listing), *args], stdout=log, stderr=subprocess.STDOUT, check=False
         )
     if done.returncode != 0 or not listing.is_file():
         return None

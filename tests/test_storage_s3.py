@@ -1,0 +1,265 @@
+"""core.storage on local paths and on an S3-compatible server (moto_server over HTTP on loopback)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from core import reads, sessions, storage
+from core.config import get_settings
+from core.errors import EngineError, InvalidInput
+from core.layout import dataset_layout
+from core.storage import ObjectPath
+
+MOTO_SERVER = Path(sys.executable).parent / "moto_server"
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=1).read()
+    except urllib.error.HTTPError:
+        return True  # an S3 error document is an answer
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real moto S3 server on a free loopback port, for this module's tests."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not _answers(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"moto_server did not start: {log.read_text()}")
+        time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_root(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ObjectPath]:
+    """DELTA_DATA_ROOT on a fresh bucket of the moto server, with the AWS variables set."""
+    bucket = f"oreo-{uuid.uuid4().hex[:12]}"
+    urllib.request.urlopen(urllib.request.Request(f"{s3_endpoint}/{bucket}", method="PUT")).read()
+    for name, value in {**CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DELTA_DATA_ROOT", f"s3://{bucket}/data")
+    get_settings.cache_clear()
+    reads.close()  # the next cursor opens a database with httpfs and the store's secret
+    root = get_settings().data_root
+    assert isinstance(root, ObjectPath)
+    yield root
+    reads.close()
+    get_settings.cache_clear()
+
+
+# ---------------------------------------------------------------- locations without a store
+
+
+def test_local_roots_stay_paths(tmp_path: Path) -> None:
+    layout = dataset_layout(tmp_path, "proj", "ds")
+    assert layout.main == tmp_path / "projects" / "proj" / "datasets" / "ds" / "main"
+    assert isinstance(layout.live_edit("s_1"), Path)
+    assert storage.location(str(tmp_path)) == tmp_path
+    assert storage.spark_uri(layout.main) == str(layout.main)
+    assert storage.storage_options_for(layout.main) is None
+
+
+def test_object_layout_keeps_ids_and_checks() -> None:
+    layout = dataset_layout("s3://bucket/prefix", "proj", "ds")
+    assert str(layout.staging("cr_1", 2)) == "s3://bucket/prefix/projects/proj/datasets/ds/staging/cr_1--r2"
+    assert str(layout.session_metadata("s_1")).endswith("/live_edit/s_1/metadata.json")
+    assert layout.main.name == "main" and layout.main.parent == layout.root
+    assert storage.spark_uri(layout.main) == "s3a://bucket/prefix/projects/proj/datasets/ds/main"
+    with pytest.raises(InvalidInput, match="invalid session id"):
+        layout.session_dir("../main")
+    with pytest.raises(InvalidInput, match="invalid object key"):
+        storage.location("s3://bucket/a/../b")
+    with pytest.raises(EngineError, match="not available on object storage"):
+        storage.local_path(layout.main, "the table checks")
+
+
+def test_engine_settings_come_from_the_aws_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {**CREDENTIALS, "AWS_ENDPOINT_URL": "http://127.0.0.1:9999"}.items():
+        monkeypatch.setenv(name, value)
+    sql = storage.duckdb_secret_sql()
+    assert "ENDPOINT '127.0.0.1:9999'" in sql and "URL_STYLE 'path'" in sql and "USE_SSL false" in sql
+    confs = storage.spark_confs()
+    assert confs["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9999"
+    assert confs["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert confs["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert confs["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith("SimpleAWSCredentialsProvider")
+    options = storage.delta_storage_options()
+    assert options["AWS_ALLOW_HTTP"] == "true" and options["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9999"
+
+
+# ---------------------------------------------------------------- on the store
+
+
+def test_files_round_trip_on_the_bucket(s3_root: ObjectPath) -> None:
+    layout = dataset_layout(s3_root, "proj", "ds")
+    assert not layout.exists()
+    layout.create()  # nothing to make: a prefix exists once a key under it does
+    report = layout.maintenance_reports() / "run_1.json"
+    storage.write_text_atomic(report, json.dumps({"ok": True}))
+    storage.write_bytes(layout.upload("up_1") / "raw.csv", b"a,b\n1,2\n")
+    assert layout.exists() and report.is_file() and not report.is_dir()
+    assert json.loads(storage.read_text(report)) == {"ok": True}
+    assert [p.name for p in storage.list_dir(layout.root)] == ["audit", "imports"]
+    assert storage.glob(layout.imports_root, "*/raw.csv") == [layout.upload("up_1") / "raw.csv"]
+    assert storage.tree_bytes(layout.imports_root) == 8
+    assert report.stat().st_size == len('{"ok": true}')
+    storage.remove_tree(layout.imports_root)
+    assert not layout.upload("up_1").exists() and report.exists()
+    storage.remove_tree(layout.imports_root)  # already gone: no error
+    with pytest.raises(FileNotFoundError):
+        storage.read_text(layout.audit / "missing.json")
+
+
+def _table(values: list[int]) -> pa.Table:
+    return pa.table({"row_id": [f"r{v}" for v in values], "value": values})
+
+
+def test_delta_rs_writes_and_duckdb_reads_on_the_bucket(s3_root: ObjectPath) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    table = s3_root / "projects" / "proj" / "datasets" / "ds" / "main"
+    options = storage.delta_storage_options()
+    write_deltalake(str(table), _table([1, 2, 3]), mode="append", storage_options=options)
+    write_deltalake(str(table), _table([4]), mode="append", storage_options=options)
+    assert DeltaTable(str(table), storage_options=options).version() == 1
+    assert reads.count_rows(table) == 4
+    assert reads.count_rows(table, 0) == 3
+    assert [(c.name, c.type) for c in reads.table_schema(table, 1)] == [("row_id", "VARCHAR"), ("value", "BIGINT")]
+    assert reads.read_rows_by_id(table, ["r2", "r4"])["value"].sort_values().tolist() == [2, 4]
+
+
+def test_live_edit_session_on_the_bucket(s3_root: ObjectPath) -> None:
+    layout = dataset_layout(s3_root, "proj", "ds")
+    now = datetime.now(UTC).isoformat()
+    info = sessions.SessionInfo("s_1", "ed", "proj", "ds", 0, now, now)
+    sessions._write_metadata(layout, info)
+
+    def event(row_id: str, new: str) -> dict[str, object]:
+        return {
+            "edit_id": sessions._edit_id(),
+            "session_id": "s_1",
+            "row_id": row_id,
+            "column": "value",
+            "old_value": "0",
+            "new_value": new,
+            "user_id": "ed",
+            "ts": datetime.now(UTC),
+            "validation": "{}",
+        }
+
+    info, table = sessions._append(layout, info, [event("r1", "5")], None)
+    info, table = sessions._append(layout, info, [event("r1", "6"), event("r2", "7")], table)
+    assert (layout.live_edit("s_1") / "_delta_log").is_dir()
+    assert [(e.row_id, e.new_value) for e in sessions.effective_edits(layout, "s_1")] == [("r1", "6"), ("r2", "7")]
+    assert sessions._read_metadata(layout, "s_1").last_activity == info.last_activity
+    assert sessions._session_bytes(layout, "s_1") > 0
+    storage.remove_tree(layout.session_dir("s_1"))
+    assert sessions.read_events(layout, "s_1").num_rows == 0
+
+
+def _append_many(uri: str, writer: int, commits: int) -> None:
+    from deltalake import write_deltalake
+
+    for n in range(commits):
+        value = writer * 1000 + n
+        write_deltalake(uri, _table([value]), mode="append", storage_options=storage.delta_storage_options())
+
+
+def test_concurrent_writers_never_lose_a_commit(s3_root: ObjectPath) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    table = str(s3_root / "concurrent")
+    options = storage.delta_storage_options()
+    write_deltalake(table, _table([0]), mode="append", storage_options=options)
+    # Two handles at version 0: the second commit races for a log entry the first one took.
+    first = DeltaTable(table, storage_options=options)
+    second = DeltaTable(table, storage_options=options)
+    write_deltalake(first, _table([1]), mode="append")
+    write_deltalake(second, _table([2]), mode="append")
+
+    writers, commits = 4, 5
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_append_many, args=(table, w + 1, commits)) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    final = DeltaTable(table, storage_options=options)
+    assert final.version() == 2 + writers * commits
+    values = sorted(final.to_pyarrow_table()["value"].to_pylist())
+    expected = sorted([0, 1, 2] + [(w + 1) * 1000 + n for w in range(writers) for n in range(commits)])
+    assert values == expected
+    assert reads.count_rows(s3_root / "concurrent") == len(expected)
+
+
+def test_moto_server_is_a_separate_process(s3_endpoint: str) -> None:
+    """The store is a real HTTP server: a raw request sees the S3 protocol, not a patched client."""
+    with urllib.request.urlopen(s3_endpoint, timeout=5) as answer:
+        assert b"ListAllMyBucketsResult" in answer.read()
+
+
+def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path: Path) -> None:
+    """Create, edit, submit, approve, read, history, OPTIMIZE and RESTORE with DELTA_DATA_ROOT on
+    the bucket: Spark through s3a, delta-rs for the live edits, DuckDB through httpfs
+    (tests/s3_loop.py, in its own process)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent.parent),
+        "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}",
+    }
+    script = Path(__file__).parent / "s3_loop.py"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    main = s3_root / "projects" / "demo" / "datasets" / "nums" / "main"
+    assert seen["path"] == seen["main"] == str(main)
+    assert seen["qty"] == {"1": 10, "2": 25, "3": 30}  # after the approval's MERGE
+    assert seen["columns"] == ["row_id", "id", "name", "qty"]
+    assert seen["history"] == [0, 1]  # the create and the merge
+    assert seen["report_on_store"], "the maintenance report is on the store"
+    # OPTIMIZE (and its checkpoint) came before the RESTORE, whose commit is the newest
+    assert seen["restored_version"] == seen["version"] > 1
+    assert seen["qty_after_restore"] == 20
+    assert (main / "_delta_log" / f"{seen['version']:020d}.json").is_file()
+    assert seen["edits_saved"] and seen["live_edit"].startswith(str(s3_root))
+    assert not storage.location(seen["live_edit"]).exists()  # the approval removed the session's folder
+    audit = main.parent / "audit"
+    assert storage.glob(audit, "validation_runs/*/summary.json"), "the validation run is on the store"
+    assert not (tmp_path / "delta").exists() and not any(tmp_path.glob("**/_delta_log"))

@@ -336,6 +336,16 @@ SMALL_MERGE_CONFS = {
     "spark.sql.shuffle.partitions": "1",
     "spark.databricks.delta.merge.materializeSource": "none",
 }
+# Deletion vectors stay on for small MERGEs. Profiled job by job on the 1M-row bench table
+# (Oreo's layout, files of 3.4 MiB): a 5-row update runs 8 Spark jobs (12 when the touched
+# file already has a vector): 3 find the touched files, 2 write the updated rows, 3 to 7
+# write the vector. With ``spark.databricks.delta.merge.deletionVectors.persistent`` off it
+# runs 5, rewriting the whole touched file instead, but that write job is CPU-bound (about
+# 100,000 rows re-encoded with statistics): in two interleaved runs (one process each, 2
+# cores, load 12-30) the rewrite won 5 of 10 pairs (medians 12.8 s vs 16.0 s, then 8.1 s vs
+# 6.7 s), its jobs busy up to 10 s against 1-5 s, and the merge_layout benchmark gained
+# nothing (0.67x with it, 0.41x without, at different loads). A rewrite pays only with
+# smaller main files, which cost page reads more files.
 
 
 @dataclass(frozen=True)

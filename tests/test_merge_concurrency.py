@@ -102,7 +102,15 @@ def test_disjoint_requests_approved_by_separate_cli_processes(
 ) -> None:
     crs = [ms.submit(catalog, editor, ops) for editor, ops in DISJOINT.items()]
     reset_catalogs()
-    child_env = {**os.environ, **env, "OREO_SPARK_SHUFFLE_PARTITIONS": "2", "OREO_SPARK_DRIVER_MEMORY": "1g"}
+    # Each process starts its own JVM; on a loaded machine the others' merges can hold the
+    # table past the default 300 s wait, and this test is about every merge landing.
+    child_env = {
+        **os.environ,
+        **env,
+        "OREO_SPARK_SHUFFLE_PARTITIONS": "2",
+        "OREO_SPARK_DRIVER_MEMORY": "1g",
+        "OREO_WRITER_WAIT_S": "850",
+    }
     procs = []
     for i, cr in enumerate(crs):
         # Files, not pipes: an undrained pipe would stall a process while the test waits on another.

@@ -16,7 +16,10 @@ back. DuckDB computes the Delta side's checksums over the rows on their way to S
 while Spark writes them; then one cheap read of the stored table compares its
 fingerprint (row count, sums of DuckDB's value hashes per column and per row) with the
 rows handed over. Equal, they are the same rows, so their checksums are the stored
-table's; different, the stored table's checksums are computed from it. Every value gets
+table's; different, the stored table's checksums are computed from it. The same DuckDB
+pass infers the new dataset's default warning rules (``core.rules``) from those rows,
+which ``create_dataset_from_table`` would otherwise infer by reading the stored table
+again after the write; they are used only when the fingerprints agree. Every value gets
 a canonical text that both engines spell alike:
 
 =========== ================================================================
@@ -72,7 +75,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import datasets, reads
+from core import datasets, reads, rules
 from core.auth import SYSTEM, Role, User, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow
 from core.config import get_settings
@@ -987,24 +990,45 @@ def _finish(
         report(1.0, "dry run done; nothing was created")
         return _report(sums, delta, columns, None)
     report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
-    # DuckDB hashes the rows while Spark writes them (another process): the two work at once.
+    # DuckDB hashes the rows and infers the default warning rules from them while Spark writes
+    # them (another process): the two work at once, and the stored table is read once, by the
+    # cheap fingerprint that shows it holds those rows.
     cur = reads.cursor().cursor()
+    checked: dict[str, bool] = {}  # whether the stored table's fingerprint is the handed rows'
+
+    def written() -> _InFlight | None:
+        try:
+            return handed()
+        except OreoError:
+            return None  # the stored table is hashed instead
+
+    def stored_is_written(path: Path, version: int | None) -> bool:
+        if "same" not in checked:
+            found = written()
+            stored = _fingerprint("delta_scan(?, version => ?)", [str(path), int(version or 0)], columns)
+            checked["same"] = found is not None and stored == found.fingerprint
+        return checked["same"]
+
+    def infer(path: Path, version: int | None, schema: list[reads.Column]) -> list[dict[str, Any]]:
+        found = written()
+        ours = [c for c in schema if c.name != ROW_ID]
+        if found is not None and found.columns == ours and stored_is_written(path, version):
+            return found.rules  # inferred from the very rows the table holds
+        return rules.infer_rules(path, version, schema)
+
     try:
         with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
             info = datasets.create_dataset_from_table(
-                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name
+                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name, infer=infer
             )
-            try:
-                written: tuple[_Checksums, tuple[Any, ...]] | None = handed()
-            except OreoError:
-                written = None  # the stored table is hashed instead
+            handed_over = written()
     finally:
         cur.close()
     assert info.version is not None
     report(0.85, "checking the Delta table against the rows written")
     stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
-    if written is not None and _fingerprint(*stored, columns) == written[1]:
-        delta = written[0]  # the stored rows are the rows hashed on their way to Spark
+    if handed_over is not None and stored_is_written(Path(info.path), info.version):
+        delta = handed_over.checksums  # the stored rows are the rows hashed on their way to Spark
     else:
         report(0.9, "the Delta table differs from the rows written; computing its checksums")
         delta = _duck_checksums(*stored, columns)
@@ -1053,12 +1077,28 @@ def _arrow_checksums(table: pa.Table, columns: list[_Column]) -> _Checksums:
         return _duck_checksums(view, [], columns, cur=cur)
 
 
-def _in_flight(
-    table: pa.Table, columns: list[_Column], cur: duckdb.DuckDBPyConnection
-) -> tuple[_Checksums, tuple[Any, ...]]:
-    """The checksums and the fingerprint of the rows handed to the writer."""
+@dataclass(frozen=True)
+class _InFlight:
+    """What DuckDB found in the rows handed to the writer."""
+
+    checksums: _Checksums
+    fingerprint: tuple[Any, ...]
+    columns: list[reads.Column]  # as DuckDB types them (no row_id)
+    rules: list[dict[str, Any]]  # the inferred warning rules (core.rules) they keep
+
+
+def _in_flight(table: pa.Table, columns: list[_Column], cur: duckdb.DuckDBPyConnection) -> _InFlight:
+    """The checksums, the fingerprint and the inferred rules of the rows handed to the writer."""
     with _registered(table, cur) as view:
-        return _duck_checksums(view, [], columns, cur=cur), _fingerprint(view, [], columns, cur=cur)
+        checksums = _duck_checksums(view, [], columns, cur=cur)
+        fingerprint = _fingerprint(view, [], columns, cur=cur)
+        try:
+            described = cur.execute(f"DESCRIBE SELECT * FROM {view}").fetchall()
+            schema = [reads.Column(name=r[0], type=str(r[1])) for r in described if r[0] != ROW_ID]
+            inferred = rules.infer_rules_over(view, [], schema, cur=cur)
+        except duckdb.Error as exc:
+            raise EngineError(f"DuckDB could not profile the rows: {_first_line(exc)}") from exc
+        return _InFlight(checksums, fingerprint, schema, inferred)
 
 
 def _fingerprint(

@@ -23,7 +23,8 @@ after its round (untimed). The breakdown splits the core path by its progress st
 Target (issue 12): core <= 1.5x the bare pipeline; rows per second are shown too.
 While Spark writes, PostgreSQL computes the row count and table hash and DuckDB the
 checksums of the rows handed to Spark (md5 only for the row texts and the text columns;
-typed columns are summed); afterwards one cheap DuckDB read compares the stored table's
+typed columns are summed) and infers the default rules from them; one cheap DuckDB read
+of the stored table (inside the write step, before the rules are saved) compares its
 fingerprint with those rows.
 """
 

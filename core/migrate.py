@@ -7,8 +7,9 @@ leaves (the rows kept as the upload's ``converted.parquet``), and nothing when i
 
 PostgreSQL is read with psycopg: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by
 pyarrow with an explicit Arrow schema derived from the catalog types, all in one
-read-only REPEATABLE READ transaction, so the rows read and the source checksums see
-one snapshot. PostgreSQL computes the checksums while Spark writes the table.
+read-only REPEATABLE READ transaction; a second connection imports its snapshot
+(``pg_export_snapshot``), so the rows read and the source checksums see one snapshot
+while PostgreSQL computes the checksums during the read and the write.
 
 The parity report compares the source, as its own engine sees it (SQL inside
 PostgreSQL, DuckDB over the Parquet files), with the Delta table as DuckDB reads it
@@ -244,12 +245,17 @@ def migrate_postgres(
         columns = _pg_columns(conn, relation, label)
         _check_columns([c.column.name for c in columns], key, source=label)
         columns = _profile(conn, relation, columns, label)
-        report(0.05, f"reading {label}")
-        with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
-            arrow = _copy_to_arrow(conn, relation, columns, Path(tmp))
-        report(0.35, f"read {arrow.num_rows:,} rows; PostgreSQL computes the source checksums meanwhile")
-        # PostgreSQL hashes its rows while Spark writes them: the two engines work at once.
-        with _in_background(_pg_checksums, conn, relation, columns, cancel=conn.cancel_safe) as source:
+        # PostgreSQL hashes its rows on a second connection, in the same snapshot, while the
+        # first one streams them out and Spark writes them: the engines work at once.
+        snapshot = _export_snapshot(conn)
+        with (
+            _connect(dsn) as hasher,
+            _in_background(_pg_checksums_in, hasher, snapshot, relation, columns, cancel=hasher.cancel_safe) as source,
+        ):
+            report(0.05, f"reading {label}; PostgreSQL computes the source checksums meanwhile")
+            with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
+                arrow = _copy_to_arrow(conn, relation, columns, Path(tmp))
+            report(0.35, f"read {arrow.num_rows:,} rows")
             safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
             return _finish(
                 catalog,
@@ -679,6 +685,23 @@ def _pg_image(c: _PgColumn) -> sql.Composable | None:
             "CASE WHEN {e} = 'NaN' THEN {nan} ELSE ('x' || encode(float8send({e}::float8), 'hex'))::bit(64)::bigint END"
         ).format(e=e, nan=sql.Literal(_NAN_BITS))
     return None
+
+
+def _export_snapshot(conn: psycopg.Connection[Any]) -> str:
+    """The id of ``conn``'s transaction snapshot, for another connection to read in it."""
+    row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _pg_checksums_in(
+    conn: psycopg.Connection[Any], snapshot: str, relation: sql.Identifier, columns: list[_PgColumn]
+) -> _Checksums:
+    """``_pg_checksums`` on ``conn`` (a fresh transaction), in the snapshot exported by the reading one."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+    return _pg_checksums(conn, relation, columns)
 
 
 def _pg_checksums(

@@ -15,6 +15,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +38,8 @@ from core.storage import Location, ObjectPath, arrow_target, location, remove_tr
 
 ROW_ID = "row_id"
 _SHOWN_OFFENDERS = 10
+# The inferred warning rules of a new main table, from its path, version and schema.
+InferRules = Callable[[Location, int | None, list[reads.Column]], list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,7 @@ def create_dataset_from_table(
     key: str | None = None,
     actor: User = SYSTEM,
     source: str,
+    infer: InferRules | None = None,
 ) -> DatasetInfo:
     """Create a dataset whose ``main`` table holds the rows of an Arrow table (a migration's rows).
 
@@ -243,6 +247,9 @@ def create_dataset_from_table(
         key: Column whose values become ``row_id``; unique, non-null. None: UUIDs.
         actor: Must be admin in the project.
         source: Where the rows came from, for the audit log.
+        infer: Gives the inferred warning rules of the written ``main`` (its path, version and
+            schema); None: ``rules.infer_rules`` reads them from the stored table. A migration
+            passes rules it inferred from the rows while Spark wrote them.
 
     Raises:
         As ``create_dataset``; InvalidInput also when the rows are over the dataset limit.
@@ -250,7 +257,9 @@ def create_dataset_from_table(
     layout = layout_for(project_id, dataset_id)
     _check_new_dataset(catalog, project_id, dataset_id, layout, actor)
     rows = with_row_ids(table, key)
-    return _create(catalog, layout, project_id, dataset_id, rows, key=key, actor=actor, source=source, raw=None)
+    return _create(
+        catalog, layout, project_id, dataset_id, rows, key=key, actor=actor, source=source, raw=None, infer=infer
+    )
 
 
 def _check_new_dataset(catalog: Catalog, project_id: str, dataset_id: str, layout: DatasetLayout, actor: User) -> None:
@@ -279,6 +288,7 @@ def _create(
     actor: User,
     source: str,
     raw: bytes | None,
+    infer: InferRules | None = None,
 ) -> DatasetInfo:
     """Lay out the dataset, keep the upload, write ``main`` from ``table`` (``row_id`` set), record it.
 
@@ -307,9 +317,8 @@ def _create(
         schema = reads.table_schema(layout.main, info.version)
         columns = [(c.name, c.type) for c in schema]
         # The default critical rules, and warnings inferred from what the data looks like.
-        validation.write_default_suite(
-            layout, dataset_id, columns, inferred=rules.infer_rules(layout.main, info.version, schema)
-        )
+        inferred = (infer or rules.infer_rules)(layout.main, info.version, schema)
+        validation.write_default_suite(layout, dataset_id, columns, inferred=inferred)
         with catalog.session() as s:
             audit.record(
                 s,

@@ -7,8 +7,9 @@ leaves (the rows kept as the upload's ``converted.parquet``), and nothing when i
 
 PostgreSQL is read with psycopg: ``COPY (SELECT ...) TO STDOUT`` as CSV, parsed by
 pyarrow with an explicit Arrow schema derived from the catalog types, all in one
-read-only REPEATABLE READ transaction, so the rows read and the source checksums see
-one snapshot. PostgreSQL computes the checksums while Spark writes the table.
+read-only REPEATABLE READ transaction; a second connection imports its snapshot
+(``pg_export_snapshot``), so the rows read and the source checksums see one snapshot
+while PostgreSQL computes the checksums during the read and the write.
 
 The parity report compares the source, as its own engine sees it (SQL inside
 PostgreSQL, DuckDB over the Parquet files), with the Delta table as DuckDB reads it
@@ -16,7 +17,10 @@ back. DuckDB computes the Delta side's checksums over the rows on their way to S
 while Spark writes them; then one cheap read of the stored table compares its
 fingerprint (row count, sums of DuckDB's value hashes per column and per row) with the
 rows handed over. Equal, they are the same rows, so their checksums are the stored
-table's; different, the stored table's checksums are computed from it. Every value gets
+table's; different, the stored table's checksums are computed from it. The same DuckDB
+pass infers the new dataset's default warning rules (``core.rules``) from those rows,
+which ``create_dataset_from_table`` would otherwise infer by reading the stored table
+again after the write; they are used only when the fingerprints agree. Every value gets
 a canonical text that both engines spell alike:
 
 =========== ================================================================
@@ -72,13 +76,14 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from core import datasets, reads
+from core import datasets, reads, rules
 from core.auth import SYSTEM, Role, User, require_role
 from core.catalog import Catalog, DatasetRow, ProjectRow
 from core.config import get_settings
 from core.errors import AlreadyExists, EngineError, InvalidFile, InvalidInput, NotFound, OreoError
 from core.ingest import check_column_names, check_input_file, normalise_types, read_input_file
 from core.layout import validate_id
+from core.storage import Location
 
 if TYPE_CHECKING:
     import psycopg
@@ -241,12 +246,17 @@ def migrate_postgres(
         columns = _pg_columns(conn, relation, label)
         _check_columns([c.column.name for c in columns], key, source=label)
         columns = _profile(conn, relation, columns, label)
-        report(0.05, f"reading {label}")
-        with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
-            arrow = _copy_to_arrow(conn, relation, columns, Path(tmp))
-        report(0.35, f"read {arrow.num_rows:,} rows; PostgreSQL computes the source checksums meanwhile")
-        # PostgreSQL hashes its rows while Spark writes them: the two engines work at once.
-        with _in_background(_pg_checksums, conn, relation, columns, cancel=conn.cancel_safe) as source:
+        # PostgreSQL hashes its rows on a second connection, in the same snapshot, while the
+        # first one streams them out and Spark writes them: the engines work at once.
+        snapshot = _export_snapshot(conn)
+        with (
+            _connect(dsn) as hasher,
+            _in_background(_pg_checksums_in, hasher, snapshot, relation, columns, cancel=hasher.cancel_safe) as source,
+        ):
+            report(0.05, f"reading {label}; PostgreSQL computes the source checksums meanwhile")
+            with tempfile.TemporaryDirectory(prefix="oreo-migrate-") as tmp:
+                arrow = _copy_to_arrow(conn, relation, columns, Path(tmp))
+            report(0.35, f"read {arrow.num_rows:,} rows")
             safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
             return _finish(
                 catalog,
@@ -678,6 +688,23 @@ def _pg_image(c: _PgColumn) -> sql.Composable | None:
     return None
 
 
+def _export_snapshot(conn: psycopg.Connection[Any]) -> str:
+    """The id of ``conn``'s transaction snapshot, for another connection to read in it."""
+    row = conn.execute("SELECT pg_export_snapshot()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _pg_checksums_in(
+    conn: psycopg.Connection[Any], snapshot: str, relation: sql.Identifier, columns: list[_PgColumn]
+) -> _Checksums:
+    """``_pg_checksums`` on ``conn`` (a fresh transaction), in the snapshot exported by the reading one."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+    return _pg_checksums(conn, relation, columns)
+
+
 def _pg_checksums(
     conn: psycopg.Connection[Any], relation: sql.Identifier, columns: list[_PgColumn], *, per_column: bool = False
 ) -> _Checksums:
@@ -987,24 +1014,45 @@ def _finish(
         report(1.0, "dry run done; nothing was created")
         return _report(sums, delta, columns, None)
     report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
-    # DuckDB hashes the rows while Spark writes them (another process): the two work at once.
+    # DuckDB hashes the rows and infers the default warning rules from them while Spark writes
+    # them (another process): the two work at once, and the stored table is read once, by the
+    # cheap fingerprint that shows it holds those rows.
     cur = reads.cursor().cursor()
+    checked: dict[str, bool] = {}  # whether the stored table's fingerprint is the handed rows'
+
+    def written() -> _InFlight | None:
+        try:
+            return handed()
+        except OreoError:
+            return None  # the stored table is hashed instead
+
+    def stored_is_written(path: Location, version: int | None) -> bool:
+        if "same" not in checked:
+            found = written()
+            stored = _fingerprint("delta_scan(?, version => ?)", [str(path), int(version or 0)], columns)
+            checked["same"] = found is not None and stored == found.fingerprint
+        return checked["same"]
+
+    def infer(path: Location, version: int | None, schema: list[reads.Column]) -> list[dict[str, Any]]:
+        found = written()
+        ours = [c for c in schema if c.name != ROW_ID]
+        if found is not None and found.columns == ours and stored_is_written(path, version):
+            return found.rules  # inferred from the very rows the table holds
+        return rules.infer_rules(path, version, schema)
+
     try:
         with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
             info = datasets.create_dataset_from_table(
-                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name
+                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name, infer=infer
             )
-            try:
-                written: tuple[_Checksums, tuple[Any, ...]] | None = handed()
-            except OreoError:
-                written = None  # the stored table is hashed instead
+            handed_over = written()
     finally:
         cur.close()
     assert info.version is not None
     report(0.85, "checking the Delta table against the rows written")
     stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
-    if written is not None and _fingerprint(*stored, columns) == written[1]:
-        delta = written[0]  # the stored rows are the rows hashed on their way to Spark
+    if handed_over is not None and stored_is_written(Path(info.path), info.version):
+        delta = handed_over.checksums  # the stored rows are the rows hashed on their way to Spark
     else:
         report(0.9, "the Delta table differs from the rows written; computing its checksums")
         delta = _duck_checksums(*stored, columns)
@@ -1053,12 +1101,28 @@ def _arrow_checksums(table: pa.Table, columns: list[_Column]) -> _Checksums:
         return _duck_checksums(view, [], columns, cur=cur)
 
 
-def _in_flight(
-    table: pa.Table, columns: list[_Column], cur: duckdb.DuckDBPyConnection
-) -> tuple[_Checksums, tuple[Any, ...]]:
-    """The checksums and the fingerprint of the rows handed to the writer."""
+@dataclass(frozen=True)
+class _InFlight:
+    """What DuckDB found in the rows handed to the writer."""
+
+    checksums: _Checksums
+    fingerprint: tuple[Any, ...]
+    columns: list[reads.Column]  # as DuckDB types them (no row_id)
+    rules: list[dict[str, Any]]  # the inferred warning rules (core.rules) they keep
+
+
+def _in_flight(table: pa.Table, columns: list[_Column], cur: duckdb.DuckDBPyConnection) -> _InFlight:
+    """The checksums, the fingerprint and the inferred rules of the rows handed to the writer."""
     with _registered(table, cur) as view:
-        return _duck_checksums(view, [], columns, cur=cur), _fingerprint(view, [], columns, cur=cur)
+        checksums = _duck_checksums(view, [], columns, cur=cur)
+        fingerprint = _fingerprint(view, [], columns, cur=cur)
+        try:
+            described = cur.execute(f"DESCRIBE SELECT * FROM {view}").fetchall()
+            schema = [reads.Column(name=r[0], type=str(r[1])) for r in described if r[0] != ROW_ID]
+            inferred = rules.infer_rules_over(view, [], schema, cur=cur)
+        except duckdb.Error as exc:
+            raise EngineError(f"DuckDB could not profile the rows: {_first_line(exc)}") from exc
+        return _InFlight(checksums, fingerprint, schema, inferred)
 
 
 def _fingerprint(

@@ -25,12 +25,15 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core import reads
 from core.errors import InvalidInput, NotFound
 from core.layout import DatasetLayout
 from core.storage import Location, glob
+
+if TYPE_CHECKING:
+    import duckdb
 
 # A value set is proposed for text with at most this many distinct values, each seen at
 # least twice on average (otherwise the set is just the rows seen so far).
@@ -110,6 +113,18 @@ def infer_rules(path: Location, version: int | None, columns: list[reads.Column]
 
     ``row_id`` gets none: the default suite already requires it present and unique.
     """
+    scan, at = _scan(path, version)
+    return infer_rules_over(scan, at, columns)
+
+
+def infer_rules_over(
+    scan: str, at: list[Any], columns: list[reads.Column], *, cur: duckdb.DuckDBPyConnection | None = None
+) -> list[dict[str, Any]]:
+    """As ``infer_rules``, over any DuckDB relation ``scan`` (with parameters ``at``) of those ``columns``.
+
+    A migration infers them from its rows while Spark writes the same rows (``core.migrate``).
+    """
+    cur = cur or reads.cursor()
     profiled = [(c, _kind(c.type)) for c in columns if c.name != "row_id"]
     profiled = [(c, k) for c, k in profiled if k is not None]
     if not profiled:
@@ -126,8 +141,7 @@ def infer_rules(path: Location, version: int | None, columns: list[reads.Column]
         else:
             parts.append(f"approx_count_distinct({name})")
             parts += [f"count_if(regexp_full_match({name}, {reads.quote_literal(p)}))" for _, p in SHAPES]
-    scan, at = _scan(path, version)
-    row = reads.cursor().execute(f"SELECT {', '.join(parts)} FROM {scan}", at).fetchone()
+    row = cur.execute(f"SELECT {', '.join(parts)} FROM {scan}", at).fetchone()
     assert row is not None  # an aggregate always returns one row
     rows, values = int(row[0]), list(row[1:])
     if rows == 0:
@@ -140,7 +154,7 @@ def infer_rules(path: Location, version: int | None, columns: list[reads.Column]
         if kind in ("integer", "number"):
             low, high = values.pop(0), values.pop(0)
             distinct = int(values.pop(0) or 0) if kind == "integer" else 0
-            if present > 1 and distinct >= present * UNIQUE_GATE and _all_distinct(path, version, column.name):
+            if present > 1 and distinct >= present * UNIQUE_GATE and _all_distinct(cur, scan, at, column.name):
                 # An identifier: unique, and new rows bring new values, so no range.
                 found.append(_rule("expect_column_values_to_be_unique", column.name))
                 continue
@@ -151,13 +165,13 @@ def infer_rules(path: Location, version: int | None, columns: list[reads.Column]
         distinct = int(values.pop(0) or 0)
         shaped = [int(values.pop(0) or 0) for _ in SHAPES]  # count_if over only NULLs is NULL
         if present and distinct <= VALUE_SET_MAX and present >= 2 * distinct:
-            seen = reads.cursor().execute(
+            seen = cur.execute(
                 f"SELECT DISTINCT {q(column.name)} FROM {scan} WHERE {q(column.name)} IS NOT NULL ORDER BY 1", at
             )
             found.append(
                 _rule("expect_column_values_to_be_in_set", column.name, value_set=[r[0] for r in seen.fetchall()])
             )
-        elif present > 1 and distinct >= present * UNIQUE_GATE and _all_distinct(path, version, column.name):
+        elif present > 1 and distinct >= present * UNIQUE_GATE and _all_distinct(cur, scan, at, column.name):
             found.append(_rule("expect_column_values_to_be_unique", column.name))
         for (_, pattern), matched in zip(SHAPES, shaped, strict=True):
             if present and matched == present:
@@ -172,10 +186,9 @@ def _scan(path: Location, version: int | None) -> tuple[str, list[Any]]:
     return "delta_scan(?, version => ?)", [str(path), int(version)]
 
 
-def _all_distinct(path: Location, version: int | None, column: str) -> bool:
+def _all_distinct(cur: duckdb.DuckDBPyConnection, scan: str, at: list[Any], column: str) -> bool:
     name = reads.quote_ident(column)
-    scan, at = _scan(path, version)
-    row = reads.cursor().execute(f"SELECT count({name}) = count(DISTINCT {name}) FROM {scan}", at).fetchone()
+    row = cur.execute(f"SELECT count({name}) = count(DISTINCT {name}) FROM {scan}", at).fetchone()
     return bool(row and row[0])
 
 

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from core import datasets, migrate, reads
+from core import datasets, migrate, reads, rules, validation
 from core.audit import list_events
 from core.auth import SYSTEM, Role, add_member, create_user, get_user
 from core.catalog import Catalog, DatasetRow
@@ -533,6 +533,47 @@ def test_a_row_the_delta_write_loses_is_reported(  # type: ignore[no-untyped-def
     assert report.match is False
     assert (report.source_rows, report.delta_rows) == (20, 19)
     assert report.mismatched_columns == ["id", "name"]
+
+
+def test_the_default_rules_come_from_the_rows_written_without_reading_the_table_again(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-flight DuckDB pass infers the warning rules; they are the ones the stored table gives."""
+    table = make_table(
+        dsn, "id integer, n integer, code text", [(i, i % 7, ("AB", "CD", "EF")[i % 3]) for i in range(1, 41)]
+    )
+    stored_reads: list[Any] = []
+    original = rules.infer_rules
+
+    def recorded(*args: Any) -> Any:
+        stored_reads.append(args)
+        return original(*args)
+
+    monkeypatch.setattr(rules, "infer_rules", recorded)
+    report = migrate.migrate_postgres(project, PROJECT, "ruled", dsn=dsn, table=table, key="id")
+    assert report.match and stored_reads == []
+    layout = datasets.layout_for(PROJECT, "ruled")
+    inferred = [e for e in validation.load_suite(layout)["expectations"] if rules.is_inferred(e)]
+    expected = original(layout.main, report.version, reads.table_schema(layout.main, report.version))
+    assert inferred == expected
+    kinds = {(e["type"], e["kwargs"]["column"]) for e in inferred}
+    assert {("expect_column_values_to_be_unique", "id"), ("expect_column_values_to_be_in_set", "code")} <= kinds
+
+
+def test_rules_are_inferred_from_the_stored_table_when_the_write_altered_it(  # type: ignore[no-untyped-def]
+    spark, project: Catalog, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = make_table(dsn, "id integer, code text", [(i, ("AB", "CD")[i % 2]) for i in range(1, 21)])
+    _lossy_writer(monkeypatch, lambda t: _set_value(t, "code", 2, "ZZ"))
+    report = migrate.migrate_postgres(project, PROJECT, "altered", dsn=dsn, table=table, key="id")
+    assert report.mismatched_columns == ["code"]
+    layout = datasets.layout_for(PROJECT, "altered")
+    in_set = [
+        e["kwargs"]["value_set"]
+        for e in validation.load_suite(layout)["expectations"]
+        if rules.is_inferred(e) and e["type"] == "expect_column_values_to_be_in_set"
+    ]
+    assert in_set == [["AB", "CD", "ZZ"]]
 
 
 def test_a_negative_zero_the_delta_write_flips_is_reported(  # type: ignore[no-untyped-def]

@@ -21,9 +21,11 @@ NULLs every few rows). Each round migrates it once per path:
 The paths rotate (their order changes every round). Each created dataset is removed
 after its round (untimed). The breakdown splits the core path by its progress steps.
 Target (issue 12): core <= 1.5x the bare pipeline; rows per second are shown too.
-While Spark writes, PostgreSQL computes the row count and table hash and DuckDB the
+While the rows are read and Spark writes them, PostgreSQL computes the row count and
+table hash (a second connection in the reading one's snapshot) and DuckDB the
 checksums of the rows handed to Spark (md5 only for the row texts and the text columns;
-typed columns are summed); afterwards one cheap DuckDB read compares the stored table's
+typed columns are summed) and infers the default rules from them; one cheap DuckDB read
+of the stored table (inside the write step, before the rules are saved) compares its
 fingerprint with those rows.
 """
 
@@ -73,8 +75,8 @@ FROM generate_series(1, %s) AS i
 """
 # Progress messages that open each step of the core path (see core.migrate).
 _STEPS = (
-    ("read", "reading "),
-    ("Delta types (PostgreSQL starts hashing)", "read "),
+    ("read (PostgreSQL hashes meanwhile, on a second connection)", "reading "),
+    ("Delta types", "read "),
     ("write (create_dataset_from_table, Spark; PostgreSQL and DuckDB hash meanwhile)", "writing the Delta table"),
     ("check of the Delta table (DuckDB)", "checking the Delta table"),
 )

@@ -274,7 +274,8 @@ def loopback_cluster(s3: bool = False) -> Iterator[Cluster]:
         if running:
             _log(f"reusing the cluster running from {state_dir}; it stays up")
         else:
-            _log(f"starting the loopback cluster in {state_dir} (scripts/cluster.sh up, a minute or two)")
+            up_cmd = "up --s3" if s3 else "up"
+            _log(f"starting the loopback cluster in {state_dir} (scripts/cluster.sh {up_cmd}, a minute or two)")
         up = _script("up", *(["--s3"] if s3 else []), stdout=subprocess.PIPE)  # its progress goes to our stderr
         if up.returncode != 0:
             raise ClusterRunError(f"scripts/cluster.sh up failed (exit {up.returncode}); its messages are above")

@@ -6,6 +6,7 @@ Examples::
     python -m bench --only page_read     # one workload
     python -m bench --rows 100000 --no-spark
     python -m bench --cluster            # the five issue-14 workloads embedded, then on the loopback cluster
+    python -m bench --cluster --s3       # ... with the cluster's tables in an S3 bucket (cluster.sh up --s3)
 
 Exits 0 even when a target is missed (the report says FAIL); ``--strict`` exits 1 then.
 ``--cluster`` is described in ``bench/_cluster.py``.
@@ -43,6 +44,11 @@ def _parser(names: list[str]) -> argparse.ArgumentParser:
         "(scripts/cluster.sh; reused when up, else started and stopped) and report cluster/embedded ratios",
     )
     parser.add_argument(
+        "--s3",
+        action="store_true",
+        help="with --cluster: the cluster run keeps its tables on S3 (scripts/cluster.sh up --s3)",
+    )
+    parser.add_argument(
         "--results", type=Path, default=RESULTS_DIR / "latest.json", help="where the JSON goes (default %(default)s)"
     )
     parser.add_argument(WORKER, type=Path, help=argparse.SUPPRESS)  # the child of --cluster: JSON to this path
@@ -64,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     names = args.only or list(_cluster.WORKLOADS if args.cluster else WORKLOADS)
     outside = [n for n in names if n not in _cluster.WORKLOADS]
+    if args.s3 and not args.cluster:
+        print("error: --s3 goes with --cluster", file=sys.stderr)
+        return 2
     if args.cluster and outside:
         print(
             f"error: --cluster runs {', '.join(_cluster.WORKLOADS)}; not {', '.join(outside)}",
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.cluster:
         try:
-            return _with_cluster(names, config, args.results, strict=args.strict)
+            return _with_cluster(names, config, args.results, strict=args.strict, s3=args.s3)
         except _cluster.ClusterRunError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if args.strict and not all(r.passed for r in results) else 0
 
 
-def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: bool) -> int:
+def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: bool, s3: bool = False) -> int:
     """Each workload embedded in this process, then at once on the cluster in a child process.
 
     Workload by workload, so load drift on the shared machine hits both sides of a ratio
@@ -114,7 +123,7 @@ def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: b
     results: list[WorkloadResult] = []
     runs: list[dict[str, Any]] = []
     reports: list[str] = []
-    with _cluster.loopback_cluster() as cluster:
+    with _cluster.loopback_cluster(s3) as cluster:
         try:
             for name in names:
                 print(f"[bench] running {name} embedded", file=sys.stderr, flush=True)
@@ -132,7 +141,7 @@ def _with_cluster(names: list[str], config: BenchConfig, out: Path, *, strict: b
     comparison = _cluster.compare([r.to_json() for r in results], on_cluster)
     note = " (started by this run, stopped after)" if cluster.started else " (already running: reused, left up)"
     print()
-    print(_cluster.render(comparison, cluster_note=note))
+    print(_cluster.render(comparison, cluster_note=note, s3=cluster.s3))
     child = {**runs[-1], "workloads": on_cluster}  # one document, as if one child had run them all
     path = write_json(results, config, path=out, extra={"cluster": _cluster.section(comparison, cluster, child)})
     print(f"results written to {path}")

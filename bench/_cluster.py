@@ -10,7 +10,10 @@ the only difference between the two runs. The child writes its results as JSON;
 ``compare`` puts each workload's and each step's medians side by side and names what
 grows with the topology (``RULE``).
 
-The S3 leg is not measured: ``scripts/cluster.sh up --s3`` is not built yet.
+``--cluster --s3`` runs the cluster with ``scripts/cluster.sh up --s3``: the child's data root
+is then ``<the cluster's DELTA_DATA_ROOT>/bench`` in its bucket (moto's S3 server on loopback,
+reached through s3a by the Connect server, httpfs by DuckDB and delta-rs's object store), with
+the ``AWS_*`` variables the script prints. The embedded run keeps its tables on the local disk.
 """
 
 from __future__ import annotations
@@ -44,7 +47,11 @@ TOPOLOGY = (
     "all on 127.0.0.1"
 )
 EMBEDDED = "local Spark in the bench process + SQLite catalog"
-S3 = "not measured: scripts/cluster.sh up --s3 is not built yet, both runs keep their tables on the local disk"
+S3 = "not measured: both runs keep their tables on the local disk (--s3 puts the cluster run's on S3)"
+S3_ON = (
+    "the cluster run's tables in an S3 bucket (moto_server on loopback, over HTTP: s3a, httpfs, delta-rs); "
+    "the embedded run's on the local disk"
+)
 
 
 class ClusterRunError(RuntimeError):
@@ -193,7 +200,7 @@ def _line(row: Row, indent: str, width: int) -> str:
     return text
 
 
-def render(comparison: Comparison, *, cluster_note: str = "") -> str:
+def render(comparison: Comparison, *, cluster_note: str = "", s3: bool = False) -> str:
     """The console table: workload, embedded median, cluster median, ratio; steps indented below."""
     rows = [(w.total, "") for w in comparison.workloads]
     rows += [(s, "    ") for w in comparison.workloads for s in w.steps]
@@ -202,7 +209,7 @@ def render(comparison: Comparison, *, cluster_note: str = "") -> str:
         "== cluster vs embedded (same run): median of the core path, cluster/embedded ratio",
         f"  embedded: {EMBEDDED}",
         f"  cluster:  {TOPOLOGY}{cluster_note}",
-        f"  S3:       {S3}",
+        f"  S3:       {S3_ON if s3 else S3}",
         "",
         f"  {'workload / step':<{width}}  {'embedded':>10}  {'cluster':>10}  {'ratio':>8}",
     ]
@@ -225,6 +232,7 @@ class Cluster:
     exports: dict[str, str]  # SPARK_REMOTE, OREO_DATABASE_URL
     started: bool  # by this run (stopped at its end)
     state_dir: str
+    s3: bool = False  # started with ``up --s3``: the exports carry DELTA_DATA_ROOT and the AWS variables
 
 
 def parse_exports(text: str) -> dict[str, str]:
@@ -248,31 +256,35 @@ def _state_dir() -> str:
     return str(Path(os.environ.get("OREO_CLUSTER_DIR") or REPO / "data" / "cluster").absolute())
 
 
-def _script(command: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def _script(command: str, *args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     # The cluster runs with this interpreter (a worktree has no .venv of its own).
     python = os.environ.get("OREO_PYTHON") or sys.executable
     env = {**os.environ, "OREO_PYTHON": python, "OREO_CLUSTER_DIR": _state_dir()}
-    return subprocess.run([str(CLUSTER_SH), command], env=env, cwd=REPO, text=True, check=False, **kwargs)
+    return subprocess.run([str(CLUSTER_SH), command, *args], env=env, cwd=REPO, text=True, check=False, **kwargs)
 
 
 @contextmanager
-def loopback_cluster() -> Iterator[Cluster]:
+def loopback_cluster(s3: bool = False) -> Iterator[Cluster]:
     """The cluster of ``$OREO_CLUSTER_DIR``: reused and left running when it runs, else started
-    here and stopped (``scripts/cluster.sh down``) on the way out, failures and Ctrl-C included."""
+    here and stopped (``scripts/cluster.sh down``) on the way out, failures and Ctrl-C included.
+    With ``s3`` it is ``up --s3`` (a running cluster without S3 makes ``up`` fail)."""
     state_dir = _state_dir()
     running = _script("status", capture_output=True).returncode == 0
     try:
         if running:
             _log(f"reusing the cluster running from {state_dir}; it stays up")
         else:
-            _log(f"starting the loopback cluster in {state_dir} (scripts/cluster.sh up, a minute or two)")
-        up = _script("up", stdout=subprocess.PIPE)  # its progress goes to our stderr
+            up_cmd = "up --s3" if s3 else "up"
+            _log(f"starting the loopback cluster in {state_dir} (scripts/cluster.sh {up_cmd}, a minute or two)")
+        up = _script("up", *(["--s3"] if s3 else []), stdout=subprocess.PIPE)  # its progress goes to our stderr
         if up.returncode != 0:
             raise ClusterRunError(f"scripts/cluster.sh up failed (exit {up.returncode}); its messages are above")
         exports = parse_exports(up.stdout)
         if not {"SPARK_REMOTE", "OREO_DATABASE_URL"} <= set(exports):
             raise ClusterRunError(f"scripts/cluster.sh up printed no SPARK_REMOTE/OREO_DATABASE_URL: {up.stdout!r}")
-        yield Cluster(exports, started=not running, state_dir=state_dir)
+        if s3 and not str(exports.get("DELTA_DATA_ROOT", "")).startswith("s3://"):
+            raise ClusterRunError(f"scripts/cluster.sh up --s3 printed no s3:// DELTA_DATA_ROOT: {up.stdout!r}")
+        yield Cluster(exports, started=not running, state_dir=state_dir, s3=s3)
     finally:
         if not running:
             _log("stopping the cluster this run started (scripts/cluster.sh down)")
@@ -288,7 +300,10 @@ def run_child(cluster: Cluster, data_dir: Path, args: list[str]) -> tuple[dict[s
     out = data_dir / "results.json"
     out.unlink(missing_ok=True)
     env = {**os.environ, **cluster.exports, "OREO_BENCH_DATA": str(data_dir)}
-    env.pop("DELTA_DATA_ROOT", None)  # the child sets its own, under data_dir
+    env.pop("DELTA_DATA_ROOT", None)  # the child sets its own: under data_dir, or in the cluster's bucket
+    env.pop("OREO_BENCH_DATA_ROOT", None)
+    if cluster.s3:
+        env["OREO_BENCH_DATA_ROOT"] = cluster.exports["DELTA_DATA_ROOT"].rstrip("/") + "/bench"
     _log(f"... and on the cluster, in a child process (SPARK_REMOTE={cluster.exports['SPARK_REMOTE']})")
     done = subprocess.run(
         [sys.executable, "-m", "bench", "--cluster-worker", str(out), *args],
@@ -309,7 +324,8 @@ def section(comparison: Comparison, cluster: Cluster, child: dict[str, Any]) -> 
     return {
         "topology": TOPOLOGY,
         "embedded": EMBEDDED,
-        "s3": S3,
+        "s3": S3_ON if cluster.s3 else S3,
+        "data_root": cluster.exports.get("DELTA_DATA_ROOT"),
         "spark_remote": cluster.exports["SPARK_REMOTE"],
         "catalog": cluster.exports["OREO_DATABASE_URL"],
         "started_by_bench": cluster.started,

@@ -19,6 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from core.storage import Location
 
 DATA_DIR = Path(os.environ.get("OREO_BENCH_DATA") or Path(__file__).resolve().parent / ".data").absolute()
 PROJECT = "bench"
@@ -34,7 +38,8 @@ def configure_environment(*, cluster: bool = False) -> None:
     Raises:
         RuntimeError: ``cluster`` without ``SPARK_REMOTE`` and ``OREO_DATABASE_URL`` set.
     """
-    os.environ["DELTA_DATA_ROOT"] = str(DATA_DIR / "delta")
+    # A cluster run on S3 (``--cluster --s3``) keeps its tables in the cluster's bucket.
+    os.environ["DELTA_DATA_ROOT"] = os.environ.get("OREO_BENCH_DATA_ROOT") or str(DATA_DIR / "delta")
     if cluster:
         missing = [name for name in ("SPARK_REMOTE", "OREO_DATABASE_URL") if not os.environ.get(name)]
         if missing:
@@ -57,7 +62,7 @@ class BenchTable:
     project_id: str
     dataset_id: str
     rows: int
-    path: Path
+    path: Location  # a Path, or an ObjectPath when the data root is s3://
     created_in_s: float | None  # None when an earlier run made it
 
 
@@ -98,7 +103,8 @@ def _forget_orphans() -> None:
     from core.layout import project_root
 
     project_dir = project_root(get_settings().data_root, PROJECT)
-    if project_dir.is_dir() and DATA_DIR in project_dir.parents:
+    # (Only on the local disk: a cluster's bucket starts empty and goes with its catalog.)
+    if isinstance(project_dir, Path) and project_dir.is_dir() and DATA_DIR in project_dir.parents:
         _log(f"the catalog has no {PROJECT!r} project: removing its old tables under {project_dir}")
         shutil.rmtree(project_dir)
 

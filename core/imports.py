@@ -97,7 +97,7 @@ from core.errors import (
 from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
 from core.layout import new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
-from core.storage import Location, location, remove_tree, spark_uri
+from core.storage import Location, arrow_target, location, remove_tree, spark_uri
 from core.values import check_value
 
 Mode = Literal["append", "upsert", "replace"]
@@ -304,7 +304,8 @@ def store_upload(
         (folder / f"raw{file.suffix.lower()}").write_bytes(data)
         report(0.6, "Converting to Parquet")
         # Row groups of 128k rows let Spark read the file with every core.
-        pq.write_table(table, upload.converted, row_group_size=_ROW_GROUP)
+        where, filesystem = arrow_target(upload.converted)
+        pq.write_table(table, where, row_group_size=_ROW_GROUP, filesystem=filesystem)
         (folder / "schema.json").write_text(json.dumps(upload.to_json(), indent=2))
     except BaseException:
         remove_tree(folder)
@@ -407,7 +408,8 @@ def discard_upload(upload: Upload) -> None:
 
 def preview(upload: Upload, limit: int = 20) -> pa.Table:
     """The first ``limit`` rows of an upload, as converted."""
-    parquet = pq.ParquetFile(upload.converted)
+    where, filesystem = arrow_target(upload.converted)
+    parquet = pq.ParquetFile(where, filesystem=filesystem)
     batches = parquet.iter_batches(batch_size=max(1, limit))
     first = next(batches, None)
     return pa.Table.from_batches([first]) if first is not None else parquet.schema_arrow.empty_table()
@@ -558,7 +560,8 @@ def _refuse_absent_columns(upload: Upload, columns: list[ColumnPlan]) -> None:
 
 def _check_keys(upload: Upload, column: str) -> None:
     """Refuse empty or duplicated keys in the file (the message shows the first ones)."""
-    values = pq.read_table(upload.converted, columns=[column])
+    where, filesystem = arrow_target(upload.converted)
+    values = pq.read_table(where, columns=[column], filesystem=filesystem)
     try:
         row_ids_for(values, column)
     except ValidationFailed as exc:

@@ -10,6 +10,11 @@ Run through ``scripts/cluster.sh`` (``up [--s3]``, ``status``, ``down``). ``up``
   the folder is incomplete, so no second Ivy resolution runs beside another) and the
   confs the embedded engine runs with (``core.engine.session_confs``);
 * a PostgreSQL cluster for the catalog (the Debian server binaries, as the tests use them);
+* with ``--s3``: an S3-compatible store (``moto_server`` from the venv, speaking HTTP) with
+  a bucket; the Connect server then also gets Hadoop's s3a jars (``.venv/oreo-s3a-jars``,
+  resolved by ``scripts/fetch_jars.py --s3a`` first when missing) and the s3a confs that
+  ``core.engine.session_confs`` adds for an ``s3://`` data root, and ``up`` prints
+  ``DELTA_DATA_ROOT=s3://<bucket>/<prefix>`` and the ``AWS_*`` variables too;
 
 all bound to 127.0.0.1 on free ports, with their pids, logs and data under the state
 folder ``$OREO_CLUSTER_DIR`` (default ``data/cluster``). On success stdout carries only
@@ -45,6 +50,11 @@ DAEMON_MEMORY = "256m"
 DRIVER_MEMORY = "1536m"
 SHUFFLE_PARTITIONS = 2
 CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+# The S3 store of ``up --s3``: moto's server, in memory (its objects go with it at ``down``).
+MOTO_MARKER = "moto_server"
+S3_BUCKET = "oreo"
+S3_PREFIX = "delta"
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
@@ -79,7 +89,24 @@ def _save_state(state: dict[str, Any]) -> None:
     temp.replace(path)
 
 
+# Ports are picked below Linux's ephemeral range (32768-60999): a port the kernel hands to
+# some process's outgoing or bind(0) socket between our check and the server's bind (Spark's
+# own services bind ephemeral ports while the Connect server starts) would make it fail.
+PORT_RANGE = (20000, 32767)
+
+
 def _free_port() -> int:
+    """A port on 127.0.0.1 nobody listens on now, outside the ephemeral range when one is free there."""
+    import random
+
+    for _ in range(100):
+        port = random.randint(*PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -244,16 +271,60 @@ def _delta_jars() -> list[Path]:
     return jars
 
 
-def connect_confs(port: int) -> dict[str, str]:
+def _s3a_jars() -> list[Path]:
+    """Hadoop's s3a jar files; resolved first (``fetch_jars.py --s3a``, under its lock) when missing."""
+    from core.engine import s3a_jars, s3a_jars_dir
+
+    jars = s3a_jars()
+    if jars is None:
+        _say(f"no s3a jars in {s3a_jars_dir()}; resolving them (scripts/fetch_jars.py --s3a, ~640 MB once)")
+        script = [sys.executable, str(REPO / "scripts" / "fetch_jars.py"), "--s3a"]
+        done = subprocess.run(script, stdout=sys.stderr)
+        jars = s3a_jars() if done.returncode == 0 else None
+    if jars is None:
+        raise ClusterError("could not resolve the s3a jars; run `make jars-s3a`")
+    return jars
+
+
+def s3_environment(state: dict[str, Any]) -> dict[str, str]:
+    """The client variables of the store ``up --s3`` started (empty without one)."""
+    s3 = state.get("s3")
+    if not s3:
+        return {}
+    return {
+        "DELTA_DATA_ROOT": f"s3://{s3['bucket']}/{s3['prefix']}",
+        "AWS_ENDPOINT_URL": s3["endpoint"],
+        **S3_CREDENTIALS,
+    }
+
+
+def connect_confs(port: int, s3: dict[str, str] | None = None) -> dict[str, str]:
     """The confs of the Spark Connect server: the embedded engine's, its address and executor sizes.
+
+    With ``s3`` (``s3_environment``: the data root and the ``AWS_*`` variables) they are the
+    confs the engine has for that ``s3://`` root: ``core.engine.session_confs`` reads them
+    from the settings, so they are set for that one call.
 
     ``deploy/spark-connect`` starts its server with the same list (``tests/test_deploy.py``
     compares them); only the addresses differ there.
     """
+    from core.config import get_settings
     from core.engine import session_confs
 
+    saved = {name: os.environ.get(name) for name in s3 or {}}
+    os.environ.update(s3 or {})
+    get_settings.cache_clear()
+    try:
+        engine_confs = session_confs(SHUFFLE_PARTITIONS)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        get_settings.cache_clear()
     return {
-        **session_confs(SHUFFLE_PARTITIONS),
+        **engine_confs,
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
         "spark.driver.host": "127.0.0.1",
@@ -264,9 +335,10 @@ def connect_confs(port: int) -> dict[str, str]:
     }
 
 
-def connect_command(master: str, port: int) -> list[str]:
-    """The ``spark-submit`` command of the Spark Connect server on ``master``."""
-    confs = connect_confs(port)
+def connect_command(master: str, port: int, s3: dict[str, str] | None = None) -> list[str]:
+    """The ``spark-submit`` command of the Spark Connect server on ``master`` (``s3``: see ``connect_confs``)."""
+    confs = connect_confs(port, s3)
+    jars = [*_delta_jars(), *(_s3a_jars() if s3 else [])]
     return [
         str(_spark_home() / "bin" / "spark-submit"),
         "--master",
@@ -278,10 +350,54 @@ def connect_command(master: str, port: int) -> list[str]:
         "--driver-memory",
         DRIVER_MEMORY,
         "--jars",
-        ",".join(str(j) for j in _delta_jars()),
+        ",".join(str(j) for j in jars),
         *[arg for key, value in confs.items() for arg in ("--conf", f"{key}={value}")],
         "spark-internal",
     ]
+
+
+# ---------------------------------------------------------------- the S3 store
+
+
+def _s3_answers(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=2).read()
+    except urllib.error.HTTPError:
+        return True  # an S3 error document is an answer
+    except OSError:
+        return False
+    return True
+
+
+def _start_moto(logs: Path, state: dict[str, Any]) -> None:
+    """moto's S3 server on a free loopback port, and the bucket; recorded in ``state["s3"]``."""
+    import urllib.request
+
+    server = Path(sys.executable).parent / MOTO_MARKER
+    if not server.is_file():
+        raise ClusterError(f"{server} not found; install requirements-test.txt (moto[server])")
+    port = _free_port()
+    proc = _spawn("moto", [str(server), "-H", "127.0.0.1", "-p", str(port)], dict(os.environ), logs)
+    state["pids"]["moto"] = [proc.pid, MOTO_MARKER]
+    _save_state(state)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while not _s3_answers(endpoint):
+        if proc.poll() is not None:
+            raise ClusterError(f"moto_server exited while starting (status {proc.returncode}); see {logs}/moto.log")
+        if time.monotonic() > deadline:
+            raise ClusterError(f"moto_server did not answer in 60 s; see {logs}/moto.log")
+        time.sleep(0.2)
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{S3_BUCKET}", method="PUT"), timeout=30).read()
+    except OSError as exc:
+        raise ClusterError(f"could not create the bucket {S3_BUCKET!r} on {endpoint}: {exc}") from exc
+    state["s3"] = {"endpoint": endpoint, "bucket": S3_BUCKET, "prefix": S3_PREFIX}
+    _save_state(state)
+    _say(f"S3 (moto) at {endpoint}, bucket {S3_BUCKET}")
 
 
 # ---------------------------------------------------------------- commands
@@ -289,6 +405,7 @@ def connect_command(master: str, port: int) -> list[str]:
 
 def _exports(state: dict[str, Any]) -> str:
     values = {"SPARK_REMOTE": state["spark_remote"], "OREO_DATABASE_URL": state["database_url"]}
+    values.update(s3_environment(state))
     return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in values.items())
 
 
@@ -304,11 +421,12 @@ def _running(state: dict[str, Any]) -> dict[str, bool]:
 
 
 def up(s3: bool) -> int:
-    if s3:
-        raise ClusterError("--s3 is not supported yet (issue 14, section 2: object storage); run `up` without it")
     state = _load_state()
     if state is not None:
         running = _running(state)
+        if all(running.values()) and bool(state.get("s3")) != s3:
+            has = "with" if state.get("s3") else "without"
+            raise ClusterError(f"a cluster {has} S3 runs from {state_dir()}; `scripts/cluster.sh down` it first")
         if all(running.values()):
             _say(f"already up (state in {state_dir()})")
             sys.stdout.write(_exports(state))
@@ -321,7 +439,7 @@ def up(s3: bool) -> int:
     state = {"pids": {}, "postgres_dir": str(_postgres_dir(root))}
     _save_state(state)  # from here on, `down` can stop whatever got started
     try:
-        _start_all(root, logs, state)
+        _start_all(root, logs, state, s3)
     except BaseException:
         _say("start failed; stopping what started")
         down()
@@ -330,9 +448,12 @@ def up(s3: bool) -> int:
     return 0
 
 
-def _start_all(root: Path, logs: Path, state: dict[str, Any]) -> None:
+def _start_all(root: Path, logs: Path, state: dict[str, Any], s3: bool) -> None:
     jars = _delta_jars()  # before anything starts: a resolution may take minutes
     _say(f"Delta jars: {len(jars)} files from {jars[0].parent}")
+    if s3:
+        extra = _s3a_jars()
+        _say(f"s3a jars: {len(extra)} files from {extra[0].parent}")
     env = _spark_env(root / "local")
     # The master's and workers' own heap; not the Connect server's (spark-submit reads this
     # variable for server classes and would then ignore --driver-memory).
@@ -365,8 +486,11 @@ def _start_all(root: Path, logs: Path, state: dict[str, Any]) -> None:
         _wait_for_line(name, worker, logs / f"{name}.log", "Successfully registered with master")
     _say(f"{WORKERS} workers registered ({WORKER_CORES} core, {WORKER_MEMORY} each)")
 
+    if s3:
+        _start_moto(logs, state)
+
     port = _free_port()
-    connect = _spawn("connect", connect_command(master, port), env, logs)
+    connect = _spawn("connect", connect_command(master, port, s3_environment(state)), env, logs)
     state["pids"]["connect"] = [connect.pid, CONNECT_CLASS]
     state["spark_remote"] = f"sc://127.0.0.1:{port}"
     _save_state(state)
@@ -389,7 +513,10 @@ def status() -> int:
         "master": state.get("master"),
         "connect": state.get("spark_remote"),
         "postgres": state.get("database_url"),
+        "moto": s3_environment(state).get("DELTA_DATA_ROOT"),
     }
+    if state.get("s3"):
+        where["moto"] = f"{state['s3']['endpoint']} {where['moto']}"
     for name, up_now in running.items():
         detail = f" {where[name]}" if where.get(name) else ""
         print(f"{name}: {'running' if up_now else 'stopped'}{detail}")

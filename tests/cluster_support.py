@@ -30,20 +30,22 @@ def _exports(text: str) -> dict[str, str]:
     return values
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """``scripts/cluster.sh up`` for this module, ``down`` right after it; nothing may be left running."""
-    state = tmp_path_factory.mktemp("cluster")
+S3_EXPORTS = {"DELTA_DATA_ROOT", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
+
+
+def _cluster(state: Path, *, s3: bool) -> Iterator[dict[str, str]]:
+    """``scripts/cluster.sh up [--s3]`` with ``state``, ``down`` after; nothing may be left running."""
     # The cluster runs with the tests' interpreter unless told otherwise (a worktree has no .venv).
     env = {"OREO_PYTHON": sys.executable, **os.environ, "OREO_CLUSTER_DIR": str(state)}
     started = time.monotonic()
-    up = subprocess.run([str(CLUSTER), "up"], env=env, capture_output=True, text=True, timeout=900)
+    command = [str(CLUSTER), "up", *(["--s3"] if s3 else [])]
+    up = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert up.returncode == 0, f"cluster.sh up failed:\n{up.stderr[-4000:]}"
     exports = _exports(up.stdout)
-    assert set(exports) == {"SPARK_REMOTE", "OREO_DATABASE_URL"}
+    assert set(exports) == {"SPARK_REMOTE", "OREO_DATABASE_URL", *(S3_EXPORTS if s3 else ())}
     print(f"cluster up in {time.monotonic() - started:.0f} s", file=sys.stderr)
     pids = {p.stem: int(p.read_text()) for p in state.glob("*.pid")}
-    assert set(pids) == {"master", "worker1", "worker2", "connect"}
+    assert set(pids) == {"master", "worker1", "worker2", "connect", *(["moto"] if s3 else [])}
     try:
         yield {**exports, "OREO_CLUSTER_DIR": str(state)}
     finally:
@@ -53,6 +55,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
             assert not Path(f"/proc/{pid}").exists() or "Z" in _proc_state(pid), f"{name} still runs after down"
         status = subprocess.run([str(CLUSTER), "status"], env=env, capture_output=True, text=True)
         assert status.returncode == 1 and "no cluster" in status.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """``scripts/cluster.sh up`` for this module, ``down`` right after it; nothing may be left running."""
+    yield from _cluster(tmp_path_factory.mktemp("cluster"), s3=False)
+
+
+@pytest.fixture(scope="module")
+def cluster_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """``scripts/cluster.sh up --s3`` for this module (the store and bucket too), ``down`` after it."""
+    yield from _cluster(tmp_path_factory.mktemp("cluster-s3"), s3=True)
 
 
 def _proc_state(pid: int) -> str:

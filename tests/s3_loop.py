@@ -1,14 +1,19 @@
-"""The core loop on an s3:// data root, run as its own process by tests/test_storage_s3.py.
+"""The core loop on an s3:// data root, run as its own process by tests/test_storage_s3.py
+(embedded Spark) and tests/test_cluster_s3.py (Spark Connect on ``scripts/cluster.sh up --s3``).
 
 Its own process, because Spark must start with the s3a jars and confs, which the test
-session's shared Spark does not have. Prints one JSON line with what it saw.
+session's shared Spark does not have. Prints one JSON line with what it saw; ``run_loop``
+runs it and ``check_loop`` holds what both tests expect of that line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from core import auth, engine, history, maintenance, merge, projects, reads, sessions, storage
 from core.catalog import open_catalog
@@ -43,6 +48,7 @@ def main(work: Path) -> None:
     print(
         json.dumps(
             {
+                "connect": engine.is_connect(engine.get_spark()),
                 "path": created.path,
                 "main": str(main_table),
                 "version": engine.latest_version(main_table),
@@ -58,6 +64,37 @@ def main(work: Path) -> None:
         )
     )
     engine.get_spark().stop()
+
+
+def run_loop(work: Path, env: dict[str, str]) -> dict[str, Any]:
+    """This script in its own process with ``env``; the JSON it printed last."""
+    script = Path(__file__)
+    env = {**env, "PYTHONPATH": str(script.parent.parent)}
+    done = subprocess.run(
+        [sys.executable, str(script), str(work)], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def check_loop(seen: dict[str, Any], root: storage.ObjectPath, work: Path) -> None:
+    """What the loop must have done on the bucket under ``root`` (the AWS variables set)."""
+    main = root / "projects" / "demo" / "datasets" / "nums" / "main"
+    assert seen["path"] == seen["main"] == str(main)
+    assert seen["qty"] == {"1": 10, "2": 25, "3": 30}  # after the approval's MERGE
+    assert seen["columns"] == ["row_id", "id", "name", "qty"]
+    assert seen["history"] == [0, 1]  # the create and the merge: the MERGE landed exactly once
+    assert seen["report_on_store"], "the maintenance report is on the store"
+    # OPTIMIZE (and its checkpoint) came before the RESTORE, whose commit is the newest
+    assert seen["restored_version"] == seen["version"] > 1
+    assert seen["qty_after_restore"] == 20
+    assert (main / "_delta_log" / f"{seen['version']:020d}.json").is_file()
+    assert seen["edits_saved"] and seen["live_edit"].startswith(str(root))
+    assert not storage.location(seen["live_edit"]).exists()  # the approval removed the session's folder
+    audit = main.parent / "audit"
+    assert storage.glob(audit, "validation_runs/*/summary.json"), "the validation run is on the store"
+    assert not (work / "delta").exists() and not any(work.glob("**/_delta_log"))
+    assert os.environ["DELTA_DATA_ROOT"].startswith("s3://")
 
 
 if __name__ == "__main__":

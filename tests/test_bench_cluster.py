@@ -177,7 +177,7 @@ def test_export_lines_are_read_with_their_shell_quoting() -> None:
 
 
 FAKE_CLUSTER_SH = """#!/bin/sh
-echo "$1" >> "$CALLS"
+echo "$@" >> "$CALLS"
 echo "$OREO_CLUSTER_DIR" > "$CALLS.dir"
 case "$1" in
   status) exit "$STATUS" ;;
@@ -240,6 +240,33 @@ def test_a_cluster_the_bench_started_is_stopped_also_when_the_run_fails(
     with failed, _cluster.loopback_cluster():
         pytest.fail("no cluster, no run")
     assert _calls(fake_cluster) == ["status", "up", "down"]
+
+
+def test_s3_asks_for_up_s3_and_an_s3_data_root(fake_cluster: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATUS", "1")
+    # The stand-in prints no DELTA_DATA_ROOT: an `up --s3` without a bucket is no S3 run.
+    failed = pytest.raises(_cluster.ClusterRunError, match=r"up --s3 printed no s3:// DELTA_DATA_ROOT")
+    with failed, _cluster.loopback_cluster(s3=True):
+        pytest.fail("no bucket, no run")
+    assert _calls(fake_cluster) == ["status", "up", "--s3", "down"]
+
+
+def test_the_report_and_the_json_say_where_the_cluster_run_kept_its_tables() -> None:
+    compared = _cluster.compare([_result("page_read", 20.0)], [_result("page_read", 40.0)])
+    assert f"  S3:       {_cluster.S3_ON}" in _cluster.render(compared, s3=True).splitlines()
+    exports = {"SPARK_REMOTE": "sc://127.0.0.1:1", "OREO_DATABASE_URL": "postgresql://x", "DELTA_DATA_ROOT": "s3://b/p"}
+    section = _cluster.section(compared, _cluster.Cluster(exports, False, "s", s3=True), {"workloads": []})
+    assert (section["s3"], section["data_root"]) == (_cluster.S3_ON, "s3://b/p")
+
+
+def test_s3_without_cluster_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "OREO_BENCH_DATA": str(tmp_path / "bench")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--s3", "--only", "page_read"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == "error: --s3 goes with --cluster"
+    assert not (tmp_path / "bench" / "delta").exists()
 
 
 def test_cluster_refuses_workloads_outside_the_five_before_starting_anything(tmp_path: Path) -> None:

@@ -71,9 +71,7 @@ def env(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> di
 
 def oreo(env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     """``oreo --json ARGS`` in its own process; with ``ok`` it must succeed."""
-    done = subprocess.run(
-        [OREO, "--json", *args], env=env, cwd=REPO, capture_output=True, text=True
-    )
+    done = subprocess.run([OREO, "--json", *args], env=env, cwd=REPO, capture_output=True, text=True)
     if ok:
         assert done.returncode == 0, f"oreo {' '.join(args)} failed: {done.stderr}"
     return done
@@ -85,9 +83,7 @@ def doc(env: dict[str, str], *args: str) -> Any:
 
 def python(env: dict[str, str], script: str, *args: str) -> Any:
     """Run ``script`` in one Python process (one Spark Connect session); the JSON it prints last."""
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args], env=env, cwd=REPO, capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -157,15 +153,21 @@ print(json.dumps({"connect": is_connect(spark), "master": spark.conf.get("spark.
 
 def test_the_script_refuses_what_it_does_not_do_and_starts_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "OREO_CLUSTER_DIR": str(tmp_path / "state")}
+    for args in (["start"], ["up", "--s4"], ["status", "--s3"]):
+        bad = subprocess.run([str(CLUSTER), *args], env=env, capture_output=True, text=True)
+        assert (bad.returncode, bad.stdout) == (2, ""), args
+        assert "usage: scripts/cluster.sh up [--s3] | status | down" in bad.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_up_refuses_to_switch_a_running_cluster_to_s3(cluster: dict[str, str]) -> None:
+    env = {"OREO_PYTHON": sys.executable, **os.environ, "OREO_CLUSTER_DIR": cluster["OREO_CLUSTER_DIR"]}
     s3 = subprocess.run([str(CLUSTER), "up", "--s3"], env=env, capture_output=True, text=True)
     assert (s3.returncode, s3.stdout) == (1, "")
-    assert s3.stderr.splitlines() == [
-        "error: --s3 is not supported yet (issue 14, section 2: object storage); run `up` without it"
-    ]
-    bad = subprocess.run([str(CLUSTER), "start"], env=env, capture_output=True, text=True)
-    assert (bad.returncode, bad.stdout) == (2, "")
-    assert "usage: scripts/cluster.sh up [--s3] | status | down" in bad.stderr
-    assert not (tmp_path / "state").exists()
+    assert s3.stderr.splitlines()[-1] == (
+        f"error: a cluster without S3 runs from {cluster['OREO_CLUSTER_DIR']}; `scripts/cluster.sh down` it first"
+    )
+    assert subprocess.run([str(CLUSTER), "status"], env=env, capture_output=True).returncode == 0  # still up
 
 
 # ---------------------------------------------------------------- the core loop

@@ -24,6 +24,7 @@ from core.config import get_settings
 from core.errors import EngineError, InvalidInput
 from core.layout import dataset_layout
 from core.storage import ObjectPath
+from tests import s3_loop
 
 MOTO_SERVER = Path(sys.executable).parent / "moto_server"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
@@ -237,29 +238,7 @@ def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path
     """Create, edit, submit, approve, read, history, OPTIMIZE and RESTORE with DELTA_DATA_ROOT on
     the bucket: Spark through s3a, delta-rs for the live edits, DuckDB through httpfs
     (tests/s3_loop.py, in its own process)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(Path(__file__).parent.parent),
-        "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}",
-    }
-    script = Path(__file__).parent / "s3_loop.py"
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
-    main = s3_root / "projects" / "demo" / "datasets" / "nums" / "main"
-    assert seen["path"] == seen["main"] == str(main)
-    assert seen["qty"] == {"1": 10, "2": 25, "3": 30}  # after the approval's MERGE
-    assert seen["columns"] == ["row_id", "id", "name", "qty"]
-    assert seen["history"] == [0, 1]  # the create and the merge
-    assert seen["report_on_store"], "the maintenance report is on the store"
-    # OPTIMIZE (and its checkpoint) came before the RESTORE, whose commit is the newest
-    assert seen["restored_version"] == seen["version"] > 1
-    assert seen["qty_after_restore"] == 20
-    assert (main / "_delta_log" / f"{seen['version']:020d}.json").is_file()
-    assert seen["edits_saved"] and seen["live_edit"].startswith(str(s3_root))
-    assert not storage.location(seen["live_edit"]).exists()  # the approval removed the session's folder
-    audit = main.parent / "audit"
-    assert storage.glob(audit, "validation_runs/*/summary.json"), "the validation run is on the store"
-    assert not (tmp_path / "delta").exists() and not any(tmp_path.glob("**/_delta_log"))
+    env = {**os.environ, "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}"}
+    seen = s3_loop.run_loop(tmp_path, env)
+    assert seen["connect"] is False  # embedded Spark, in the loop's process
+    s3_loop.check_loop(seen, s3_root, tmp_path)

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import sys
 import uuid
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench._data import APPROVER, PROJECT, READER, ensure_approver, ensure_customers
 from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_breakdown, time_call
+
+if TYPE_CHECKING:
+    from core.storage import Location
 
 NAME = "approve"
 CELLS = 10_000
@@ -37,7 +39,7 @@ MAX_RATIO = 1.5
 FIRST_ID = 100_001
 
 
-def bare_merge(spark: Any, target: Path, staging: Path, columns: tuple[str, ...]) -> None:
+def bare_merge(spark: Any, target: Location, staging: Location, columns: tuple[str, ...]) -> None:
     """The bare MERGE of the staged rows' ``columns`` into ``target``, matched on ``row_id``."""
     from core.engine import delta_ref, spark_ident
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from bench._data import PROJECT, READER, BenchTable, ensure_customers
 from bench._harness import BenchConfig, Timing, WorkloadResult, expect, measure, measure_interleaved
+
+if TYPE_CHECKING:
+    from core.storage import Location
 
 NAME = "page_read"
 PAGE = 100
@@ -42,21 +45,25 @@ def _bare_duckdb() -> duckdb.DuckDBPyConnection:
     return open_duckdb()
 
 
-def _layout(path: Path) -> str:
+def _layout(path: Location) -> str:
     """Parquet files and row groups of the table (the page query's cost depends on them)."""
     import pyarrow.parquet as pq
 
-    files = sorted(path.glob("*.parquet"))
+    from core import storage
+
+    files = storage.glob(path, "*.parquet")
     groups: list[int] = []
     for file in files:
-        meta = pq.ParquetFile(file).metadata
+        where, filesystem = storage.arrow_target(file)
+        meta = pq.ParquetFile(str(where), filesystem=filesystem).metadata
         groups.extend(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return f"{len(files)} parquet file(s), {len(groups)} row group(s), largest {max(groups, default=0):,} rows"
 
 
-def _time_spark(config: BenchConfig, path: Path, offset: int) -> tuple[Timing, float]:
+def _time_spark(config: BenchConfig, path: Location, offset: int) -> tuple[Timing, float]:
     """Bare Spark page read, and how long getting the session took (not in the timing)."""
     from core.engine import get_spark
+    from core.storage import spark_uri
 
     print("[bench] getting the Spark session for the bare Spark baseline (~15 s to start)", file=sys.stderr, flush=True)
     start = time.perf_counter()
@@ -64,7 +71,7 @@ def _time_spark(config: BenchConfig, path: Path, offset: int) -> tuple[Timing, f
     started_s = time.perf_counter() - start
 
     def read() -> object:
-        rows = spark.read.format("delta").load(str(path)).offset(offset).limit(PAGE).collect()
+        rows = spark.read.format("delta").load(spark_uri(path)).offset(offset).limit(PAGE).collect()
         expect(len(rows) == PAGE, f"spark returned {len(rows)} rows")
         return rows
 

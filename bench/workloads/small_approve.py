@@ -21,11 +21,15 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench._data import APPROVER, DATA_DIR, PROJECT, ensure_approver, ensure_customers
 from bench._harness import BenchConfig, Timing, WorkloadResult, expect, stage_breakdown, time_call
 from bench.workloads.approve import bare_merge
 from bench.workloads.small_submit import small_editor
+
+if TYPE_CHECKING:
+    from core.storage import Location
 
 NAME = "small_approve"
 ROWS = 5
@@ -46,7 +50,7 @@ def _log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def _today_copy(main: Path, rows: int) -> Path:
+def _today_copy(main: Location, rows: int) -> Path:
     """A copy of ``main`` written as one plain Spark CTAS (today's layout), built once."""
     import shutil
 

@@ -59,7 +59,7 @@ def small_editor(dataset_id: str, name: str = EDITOR) -> object:
 
 def run(config: BenchConfig) -> WorkloadResult:
     """Alternate core submits and bare Spark writes of the same 5 staged rows."""
-    from core import auth, change_requests, engine, reads, sessions
+    from core import auth, change_requests, engine, reads, sessions, storage
     from core.catalog import open_catalog
     from core.datasets import layout_for
 
@@ -111,7 +111,7 @@ def run(config: BenchConfig) -> WorkloadResult:
                 if not staged:
                     path = str(layout.staging(cr.id))
                     staged["rows"] = reads.cursor().execute("SELECT * FROM delta_scan(?)", [path]).to_arrow_table()
-                    staged["schema"] = spark.read.format("delta").load(path).schema
+                    staged["schema"] = spark.read.format("delta").load(storage.spark_uri(path)).schema
                 stages += [(t.stage, t.seconds) for t in cr.stages]
                 change_requests.withdraw_change_request(catalog, cr.id, actor=editor)
             else:

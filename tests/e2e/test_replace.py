@@ -73,6 +73,8 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
+    # A sign-in right after a submit can wait on a busy machine past settle's 60 s.
+    expect(page.get_by_role("heading", name="Datasets")).to_be_visible(timeout=SLOW_MS)
     settle(page, page.get_by_role("heading", name="Datasets"))
 
 

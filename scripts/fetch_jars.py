@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 from urllib.parse import unquote, urlparse
@@ -126,17 +127,10 @@ def _fetch(target: Path) -> int:
             print(f"error: Spark could not resolve {packages} (no network, and no Maven?)", file=sys.stderr)
             _keep_log(work / "resolve.log")
             return 1
-        staging = target.with_name(f"{target.name}.new-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            _copy(jars, staging, packages)
-            if not _starts_offline(staging, work):
-                print("error: Spark does not start from the resolved jars alone", file=sys.stderr)
-                _keep_log(work / "check.log")
-                return 1
-            _replace(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        if not _install(jars, target, packages, check=lambda staging: _starts_offline(staging, work)):
+            print("error: Spark does not start from the resolved jars alone", file=sys.stderr)
+            _keep_log(work / "check.log")
+            return 1
     print(f"Delta jars ready in {target} ({len(jars)} files); Spark starts without the network.")
     return 0
 
@@ -150,13 +144,7 @@ def _fetch_s3a(target: Path) -> int:
             print(f"error: Spark could not resolve {S3A_PACKAGES}", file=sys.stderr)
             _keep_log(work / "resolve.log")
             return 1
-        staging = target.with_name(f"{target.name}.new-{os.getpid()}")
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            _copy(jars, staging, S3A_PACKAGES)
-            _replace(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+        _install(jars, target, S3A_PACKAGES)
     print(f"s3a jars ready in {target} ({len(jars)} files).")
     return 0
 
@@ -172,6 +160,20 @@ def _resolve(work: Path, script: str = _RESOLVE, *args: str) -> list[Path] | Non
         return None
     files = [Path(unquote(urlparse(u).path)) if "://" in u else Path(u) for u in listing.read_text().split(",") if u]
     return files if files and all(f.is_file() for f in files) else None
+
+
+def _install(jars: list[Path], target: Path, packages: str, *, check: Callable[[Path], bool] | None = None) -> bool:
+    """Copy ``jars`` into a staging folder beside ``target`` and swap it in whole, if ``check`` passes."""
+    staging = target.with_name(f"{target.name}.new-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _copy(jars, staging, packages)
+        if check is not None and not check(staging):
+            return False
+        _replace(staging, target)
+        return True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _copy(jars: list[Path], folder: Path, packages: str) -> None:

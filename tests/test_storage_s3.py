@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import socket
 import subprocess
@@ -224,13 +223,27 @@ def test_concurrent_writers_never_lose_a_commit(s3_root: ObjectPath) -> None:
     write_deltalake(second, _table([2]), mode="append")
 
     writers, commits = 4, 5
-    ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_append_many, args=(table, w + 1, commits)) for w in range(writers)]
+    # Separate interpreters, not multiprocessing: a spawned child re-runs the parent's __main__,
+    # which another test in the same pytest process (Streamlit's AppTest) may have replaced.
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    script = (
+        "import sys; from tests.test_storage_s3 import _append_many; "
+        "_append_many(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, table, str(w + 1), str(commits)],
+            cwd=root,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for w in range(writers)
+    ]
     for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=300)
-        assert p.exitcode == 0
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
     final = DeltaTable(table, storage_options=options)
     assert final.version() == 2 + writers * commits
     values = sorted(final.to_pyarrow_table()["value"].to_pylist())

@@ -4,7 +4,9 @@
   call acts, so a concurrent retry fails to insert and is told the first is still
   running; the first response (status, body, headers) is stored and every retry gets it.
   The same key with another method, path or body is refused. A 5xx answer is not kept,
-  so a retry after the engine is back acts again.
+  so a retry after the engine is back acts again. While the first call runs, its process
+  refreshes the key's heartbeat; a retry that finds it older than ``LOST_AFTER`` (the
+  process died mid-call) is told the first call was lost, since it may or may not have acted.
 * ``Prefer: respond-async``: the call runs in a background thread of this process and
   answers 202 with ``Location: /api/v1/operations/{id}``; the operation's state and result
   live in the catalog, so any replica can answer a poll.
@@ -18,10 +20,11 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -66,22 +69,49 @@ def claim_key(catalog: Catalog, user: User, key: str, fingerprint: str) -> Answe
         raise ConflictError("an Idempotency-Key must have 1 to 200 characters")
     try:
         with catalog.session() as s:
-            s.add(IdempotencyKeyRow(principal=principal, key=key, request_hash=fingerprint, created_at=utcnow()))
+            s.add(_key_row(principal, key, fingerprint))
         return None
     except IntegrityError:
         pass
     with catalog.session() as s:
         row = s.get(IdempotencyKeyRow, (principal, key))
         if row is None:  # the first call failed with a 5xx and let the key go: act now
-            s.add(IdempotencyKeyRow(principal=principal, key=key, request_hash=fingerprint, created_at=utcnow()))
+            s.add(_key_row(principal, key, fingerprint))
             return None
         if row.request_hash != fingerprint:
             raise ConflictError(
                 f"Idempotency-Key {key!r} was already used for a different request; use a new key for a new request"
             )
         if row.status is None or row.body is None:
+            last_sign = row.heartbeat_at or row.created_at
+            if utcnow() - last_sign > LOST_AFTER:
+                raise ConflictError(
+                    f"the request with Idempotency-Key {key!r} stopped before it finished (its API process ended; "
+                    f"no sign of it since {last_sign:%Y-%m-%d %H:%M:%S} UTC) and may or may not have acted; "
+                    "check the table's history or the change request, then send a new key"
+                )
             raise ConflictError(f"the request with Idempotency-Key {key!r} is still running; retry in a moment")
         return Answer(row.status, json.loads(row.body), json.loads(row.headers or "{}"))
+
+
+def _key_row(principal: str, key: str, fingerprint: str) -> IdempotencyKeyRow:
+    now = utcnow()
+    return IdempotencyKeyRow(principal=principal, key=key, request_hash=fingerprint, created_at=now, heartbeat_at=now)
+
+
+@contextmanager
+def key_kept_alive(catalog: Catalog, user: User, key: str) -> Iterator[None]:
+    """Refresh ``key``'s heartbeat every ``HEARTBEAT`` while the first call with it runs here."""
+    principal = _principal(user)
+
+    def touch(now: datetime) -> None:
+        with catalog.session() as s:
+            row = s.get(IdempotencyKeyRow, (principal, key))
+            if row is not None and row.status is None:
+                row.heartbeat_at = now
+
+    with _heartbeat(touch, f"key {key!r}"):
+        yield
 
 
 def settle_key(catalog: Catalog, user: User, key: str, answer: Answer | None) -> None:
@@ -141,17 +171,18 @@ def start_operation(catalog: Catalog, user: User, kind: str, work: Work) -> Answ
 
 
 def _run_operation(catalog: Catalog, op_id: str, work: Work) -> None:
-    done = threading.Event()
-    beating = threading.Thread(target=_beat, args=(catalog, op_id, done), name=f"oreo-api-heartbeat-{op_id}")
-    beating.start()
+    def touch(now: datetime) -> None:
+        with catalog.session() as s:
+            row = s.get(OperationRow, op_id)
+            if row is not None and row.state == "running":
+                row.heartbeat_at = now
+
     try:
-        answer = run_now(work)
+        with _heartbeat(touch, f"operation {op_id}"):
+            answer = run_now(work)
     except Exception as exc:  # a bug: the operation still ends, with a generic error
         logger.error("operation %s failed", op_id, exc_info=exc)
         answer = Answer(500, error_document(500, "internal_error", "internal error; see the server's log"), {})
-    finally:
-        done.set()
-        beating.join()
     with catalog.session() as s:
         row = s.get(OperationRow, op_id)
         if row is None:
@@ -164,15 +195,25 @@ def _run_operation(catalog: Catalog, op_id: str, work: Work) -> None:
             row.state, row.error = "failed", dumps(answer.body["error"])
 
 
-def _beat(catalog: Catalog, op_id: str, done: threading.Event) -> None:
-    while not done.wait(HEARTBEAT.total_seconds()):
-        try:
-            with catalog.session() as s:
-                row = s.get(OperationRow, op_id)
-                if row is not None and row.state == "running":
-                    row.heartbeat_at = utcnow()
-        except Exception:  # the catalog is briefly unreachable: the next beat tries again
-            logger.warning("could not refresh operation %s's heartbeat", op_id, exc_info=True)
+@contextmanager
+def _heartbeat(touch: Callable[[datetime], None], what: str) -> Iterator[None]:
+    """Call ``touch(now)`` every ``HEARTBEAT`` in a thread until the block ends."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT.total_seconds()):
+            try:
+                touch(utcnow())
+            except Exception:  # the catalog is briefly unreachable: the next beat tries again
+                logger.warning("could not refresh the heartbeat of %s", what, exc_info=True)
+
+    beating = threading.Thread(target=beat, name="oreo-api-heartbeat")
+    beating.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beating.join()
 
 
 def operation_document(catalog: Catalog, op_id: str, user: User) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
@@ -74,14 +74,16 @@ def _document(doc: dict[str, Any], status: int = 200) -> Response:
     return Response(documents.encode(doc), status_code=status, media_type="application/json")
 
 
-def _respond(answer: jobs.Answer, *, replayed: bool = False) -> JSONResponse:
-    headers = dict(answer.headers)
+def _respond(answer: jobs.Answer, *, replayed: bool = False) -> Response:
+    """A state-changing call's answer (or its stored first answer, ``replayed``), encoded like every body."""
+    response = _document(answer.body, answer.status)
+    response.headers.update(answer.headers)
     if replayed:
-        headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(answer.body, status_code=answer.status, headers=headers or None)
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
 
 
-def _act(request: Request, user: auth.User, kind: str, body: Any, work: jobs.Work, *, can_async: bool) -> JSONResponse:
+def _act(request: Request, user: auth.User, kind: str, body: Any, work: jobs.Work, *, can_async: bool) -> Response:
     """Run a state-changing call: once per ``Idempotency-Key``, and in the background if asked and allowed."""
     catalog = _catalog()
     key = request.headers.get("Idempotency-Key")
@@ -92,6 +94,9 @@ def _act(request: Request, user: auth.User, kind: str, body: Any, work: jobs.Wor
     try:
         if can_async and "respond-async" in request.headers.get("Prefer", "").lower():
             answer = jobs.start_operation(catalog, user, kind, work)
+        elif key is not None:
+            with jobs.key_kept_alive(catalog, user, key):
+                answer = jobs.run_now(work)
         else:
             answer = jobs.run_now(work)
     except BaseException:
@@ -266,7 +271,7 @@ class SubmitBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/change-requests", tags=["change requests"], status_code=201)
-def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Request, user: Caller) -> JSONResponse:
+def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Request, user: Caller) -> Response:
     """Submit a session's edits as a change request (staged, then validated)."""
     catalog = _catalog()
 
@@ -333,7 +338,7 @@ class ApproveBody(_Body):
 
 
 @router.post("/change-requests/{cr_id}/approve", tags=["change requests"])
-def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> JSONResponse:
+def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
     """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
     comment = body.comment if body is not None else None
     catalog = _catalog()
@@ -429,7 +434,7 @@ class RestoreBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"])
-def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> JSONResponse:
+def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> Response:
     """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
     catalog = _catalog()
 
@@ -486,7 +491,7 @@ def import_file(
     sheet: Annotated[str | None, Form()] = None,
     title: Annotated[str | None, Form()] = None,
     review: Annotated[bool, Query(description="false: an admin's direct commit, merged at once and audited")] = True,
-) -> JSONResponse:
+) -> Response:
     """Import a file as a change request (multipart upload, or ``path`` on the server for admins)."""
     catalog = _catalog()
     if (file is None) == (path is None):
@@ -541,7 +546,7 @@ class MaintenanceBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"])
-def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> JSONResponse:
+def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> Response:
     """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
     if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):
         raise InvalidInput("nothing to do: choose at least one of optimize, zorder, vacuum, checkpoint")

@@ -331,6 +331,8 @@ class IdempotencyKeyRow(Base):
     status: Mapped[int | None] = mapped_column(Integer, nullable=True)  # NULL while the first call runs
     body: Mapped[str | None] = mapped_column(Text, nullable=True)
     headers: Mapped[str | None] = mapped_column(Text, nullable=True)  # JSON object (e.g. Location)
+    # refreshed while the first call runs: a stale one means its process died (api/jobs.py)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class OperationRow(Base):

@@ -1,4 +1,4 @@
-"""Async API operations: their heartbeat, and a lost process's operation ending as failed."""
+"""Async API operations and Idempotency-Keys: their heartbeats, and a lost process's call ending as failed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from api import jobs
 from core import auth
-from core.catalog import Catalog, OperationRow, utcnow
-from core.errors import NotFound
+from core.catalog import Catalog, IdempotencyKeyRow, OperationRow, utcnow
+from core.errors import ConflictError, NotFound
 
 
 @pytest.fixture
@@ -95,3 +95,60 @@ def test_the_running_process_keeps_the_heartbeat_fresh(
         time.sleep(0.1)
     doc = jobs.operation_document(catalog, op_id, ed)
     assert doc["state"] == "succeeded" and doc["result"] == {"done": True}
+
+
+# ---------------------------------------------------------------- Idempotency-Key heartbeats
+
+
+def _key_claimed(catalog: Catalog, user: auth.User, *, beat_ago: timedelta) -> str:
+    fingerprint = jobs.request_hash("POST", "/api/v1/change-requests/cr1/approve", {})
+    assert jobs.claim_key(catalog, user, "approve-cr1", fingerprint) is None
+    with catalog.session() as s:
+        row = s.get(IdempotencyKeyRow, (f"user:{user.username}", "approve-cr1"))
+        assert row is not None and row.heartbeat_at is not None and row.status is None
+        row.heartbeat_at = utcnow() - beat_ago
+    return fingerprint
+
+
+def test_a_retry_while_the_first_call_beats_is_told_it_is_still_running(catalog: Catalog, ed: auth.User) -> None:
+    fingerprint = _key_claimed(catalog, ed, beat_ago=timedelta(seconds=3))
+    with pytest.raises(ConflictError, match="still running"):
+        jobs.claim_key(catalog, ed, "approve-cr1", fingerprint)
+
+
+def test_a_retry_after_the_first_calls_process_died_is_told_it_was_lost(catalog: Catalog, ed: auth.User) -> None:
+    fingerprint = _key_claimed(catalog, ed, beat_ago=timedelta(minutes=5))
+    with pytest.raises(ConflictError, match="stopped before it finished") as lost:
+        jobs.claim_key(catalog, ed, "approve-cr1", fingerprint)
+    assert "may or may not have acted" in str(lost.value) and "new key" in str(lost.value)
+    with pytest.raises(ConflictError, match="different request"):  # a reuse for another call is still refused
+        jobs.claim_key(catalog, ed, "approve-cr1", jobs.request_hash("POST", "/other", {}))
+    assert jobs.claim_key(catalog, ed, "approve-cr1-again", fingerprint) is None  # a new key acts
+
+
+def test_the_first_call_keeps_its_keys_heartbeat_fresh(
+    catalog: Catalog, ed: auth.User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobs, "HEARTBEAT", timedelta(seconds=0.05))
+    _key_claimed(catalog, ed, beat_ago=timedelta(minutes=5))  # as if it had been quiet for long
+    key = (f"user:{ed.username}", "approve-cr1")
+    deadline = time.monotonic() + 20
+    with jobs.key_kept_alive(catalog, ed, "approve-cr1"):
+        fresh = False
+        while not fresh and time.monotonic() < deadline:
+            time.sleep(0.05)
+            with catalog.session() as s:
+                row = s.get(IdempotencyKeyRow, key)
+                assert row is not None and row.heartbeat_at is not None
+                fresh = utcnow() - row.heartbeat_at < timedelta(seconds=10)
+    assert fresh
+    jobs.settle_key(catalog, ed, "approve-cr1", jobs.Answer(200, {"state": "merged"}, {}))
+    with catalog.session() as s:
+        settled = s.get(IdempotencyKeyRow, key)
+        assert settled is not None
+        beat = settled.heartbeat_at
+    with jobs.key_kept_alive(catalog, ed, "approve-cr1"):  # a settled key is not touched again
+        time.sleep(0.3)
+    with catalog.session() as s:
+        row = s.get(IdempotencyKeyRow, key)
+        assert row is not None and row.heartbeat_at == beat

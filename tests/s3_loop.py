@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,15 @@ def main(work: Path) -> None:
         "restored_version": restored.version,
         "qty_after_restore": int(after["qty"].iloc[0]),
     }
+    started = time.monotonic()
     seen.update(_commands(work, catalog))
     seen.update(_refusals(work))
+    print(f"{TIMING}export, vacuum, doctor, migrate took {time.monotonic() - started:.1f} s", file=sys.stderr)
     print(json.dumps(seen))
     engine.get_spark().stop()
+
+
+TIMING = "s3 loop: "  # run_loop passes the loop's lines starting so on to the test's stderr
 
 
 def _oreo(*args: str) -> tuple[int, Any, str]:
@@ -167,6 +173,9 @@ def run_loop(work: Path, env: dict[str, str]) -> dict[str, Any]:
         [sys.executable, str(script), str(work)], env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    for line in done.stderr.splitlines():
+        if line.startswith(TIMING):
+            print(line, file=sys.stderr)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 

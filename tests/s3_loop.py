@@ -76,7 +76,8 @@ def main(work: Path) -> None:
     started = time.monotonic()
     seen.update(_commands(work, catalog))
     seen.update(_refusals(work))
-    print(f"{TIMING}export, vacuum, doctor, migrate took {time.monotonic() - started:.1f} s", file=sys.stderr)
+    took = time.monotonic() - started
+    print(f"{TIMING}export, vacuum, doctor, migrate took {took:.1f} s ({', '.join(_TOOK)})", file=sys.stderr)
     print(json.dumps(seen))
     engine.get_spark().stop()
 
@@ -93,8 +94,13 @@ def _oreo(*args: str) -> tuple[int, Any, str]:
     return code, json.loads(out.getvalue()) if out.getvalue().strip() else None, err.getvalue()
 
 
+_TOOK: list[str] = []  # "<command> <seconds>" of each ``_ok`` call, for the timing line
+
+
 def _ok(*args: str) -> Any:
+    started = time.monotonic()
     code, doc, err = _oreo(*args)
+    _TOOK.append(f"{' '.join(a for a in args[:3] if a.isidentifier())} {time.monotonic() - started:.0f}")
     assert code == 0, f"oreo {' '.join(args)} exited {code}: {err[-3000:]}"
     return doc
 

@@ -7,6 +7,8 @@ every check and reports each finding.
 
 The log is read without any engine (a truncated commit makes them all fail alike); the
 files of the current version come from delta-rs, and their deletion vectors from the log.
+The checks run on local tables and on tables in an object store (through ``core.storage``);
+``find_damage``, which readers call on their way, looks at local tables only.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from core import storage
 from core.errors import TableDamaged
 from core.storage import Location, ObjectPath
 
@@ -41,52 +45,79 @@ class Finding:
 
 @dataclass(frozen=True)
 class _LogFiles:
-    commits: dict[int, Path]  # version -> JSON commit
-    checkpoints: dict[int, list[Path]]  # version -> the parts of a checkpoint (maybe incomplete)
+    commits: dict[int, Location]  # version -> JSON commit
+    checkpoints: dict[int, list[Location]]  # version -> the parts of a checkpoint (maybe incomplete)
     parts_expected: dict[int, int]
 
 
-def _log_files(table: Path) -> _LogFiles:
-    commits: dict[int, Path] = {}
-    checkpoints: dict[int, list[Path]] = {}
+def _table(table: Location | str) -> Location:
+    """``table`` as a location: an ``ObjectPath`` stays one, anything else becomes a ``Path``."""
+    return table if isinstance(table, ObjectPath) else Path(table)
+
+
+def _log_entries(log: Location) -> list[tuple[str, Location]]:
+    """``(name, location)`` of every entry of a ``_delta_log`` folder."""
+    if isinstance(log, ObjectPath):
+        return [(p.name, p) for p in storage.list_dir(log)]
+    return [(entry.name, Path(entry.path)) for entry in os.scandir(log)]
+
+
+def _log_files(table: Location) -> _LogFiles:
+    commits: dict[int, Location] = {}
+    checkpoints: dict[int, list[Location]] = {}
     expected: dict[int, int] = {}
-    for entry in os.scandir(table / LOG):
-        name = entry.name
+    for name, entry in _log_entries(table / LOG):
         if not name[:20].isdigit() or name[20:21] != ".":
             continue
         version = int(name[:20])
         if name.endswith(".json") and len(name) == 25:
-            commits[version] = Path(entry.path)
+            commits[version] = entry
         elif name.endswith(".parquet") and ".checkpoint." in name:
             pieces = name.split(".")
             # <v>.checkpoint.parquet, or <v>.checkpoint.<part>.<parts>.parquet
             expected[version] = int(pieces[3]) if len(pieces) == 5 and pieces[3].isdigit() else 1
-            checkpoints.setdefault(version, []).append(Path(entry.path))
+            checkpoints.setdefault(version, []).append(entry)
     return _LogFiles(commits, checkpoints, expected)
 
 
-def _relative(table: Path, path: Path | str) -> str:
+def _relative(table: Location, path: Location | str) -> str:
+    if isinstance(table, ObjectPath):
+        prefix = str(table) + "/"
+        return str(path).removeprefix(prefix)
     try:
-        return str(Path(path).relative_to(table))
+        return str(Path(str(path)).relative_to(table))
     except ValueError:
         return str(path)
 
 
-def _read_commit(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Location) -> Iterator[str]:
+    """The lines of a text file; an object is fetched whole (it is one GET either way)."""
+    if isinstance(path, ObjectPath):
+        yield from path.read_bytes().decode("utf-8").splitlines()
+        return
+    with path.open(encoding="utf-8") as handle:
+        yield from handle
+
+
+def _parquet(path: Location) -> tuple[Path | str, Any]:
+    """``(source, filesystem)`` for pyarrow's Parquet readers."""
+    return storage.arrow_target(path)
+
+
+def _read_commit(path: Location) -> list[dict[str, Any]]:
     """The actions of one JSON commit; ValueError (with the line) when it does not parse."""
     actions = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                action = json.loads(line)
-            except json.JSONDecodeError as exc:
-                where = f"line {number}, column {exc.colno}"
-                raise ValueError(f"is not valid JSON at {where}: truncated or corrupt") from exc
-            if not isinstance(action, dict):
-                raise ValueError(f"line {number} is not a Delta action")
-            actions.append(action)
+    for number, line in enumerate(_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            action = json.loads(line)
+        except json.JSONDecodeError as exc:
+            where = f"line {number}, column {exc.colno}"
+            raise ValueError(f"is not valid JSON at {where}: truncated or corrupt") from exc
+        if not isinstance(action, dict):
+            raise ValueError(f"line {number} is not a Delta action")
+        actions.append(action)
     if not actions:
         raise ValueError("is empty")
     return actions
@@ -97,13 +128,13 @@ def _newest_checkpoint(files: _LogFiles) -> int | None:
     return max(complete, default=None)
 
 
-def check_log(table: Path, *, every_commit: bool = True) -> list[Finding]:
+def check_log(table: Location, *, every_commit: bool = True) -> list[Finding]:
     """Every JSON commit parses, and the versions are contiguous from the newest checkpoint (or 0).
 
     With ``every_commit`` False only the commits readers replay (those after the newest
     checkpoint) are parsed: the quick check ``find_damage`` makes.
     """
-    table = Path(table)
+    table = _table(table)
     if not (table / LOG).is_dir():
         return [Finding(LOG, "is missing: this is not a Delta table")]
     files = _log_files(table)
@@ -118,7 +149,8 @@ def check_log(table: Path, *, every_commit: bool = True) -> list[Finding]:
         except (ValueError, UnicodeDecodeError) as exc:
             findings.append(Finding(_relative(table, files.commits[version]), str(exc)))
         except OSError as exc:
-            findings.append(Finding(_relative(table, files.commits[version]), f"cannot be read: {exc.strerror}"))
+            reason = exc.strerror or _first_line(exc)
+            findings.append(Finding(_relative(table, files.commits[version]), f"cannot be read: {reason}"))
     latest = max(max(files.commits, default=-1), max(files.checkpoints, default=-1))
     missing = [v for v in range(first, latest + 1) if v not in files.commits]
     if missing:
@@ -129,11 +161,11 @@ def check_log(table: Path, *, every_commit: bool = True) -> list[Finding]:
     return findings
 
 
-def check_checkpoints(table: Path) -> list[Finding]:
+def check_checkpoints(table: Location) -> list[Finding]:
     """Every checkpoint file is readable Parquet and complete; ``_last_checkpoint`` names a real one."""
     import pyarrow.parquet as pq
 
-    table = Path(table)
+    table = _table(table)
     if not (table / LOG).is_dir():
         return []
     files = _log_files(table)
@@ -148,7 +180,8 @@ def check_checkpoints(table: Path) -> list[Finding]:
             )
         for part in parts:
             try:
-                pq.read_table(part)
+                source, filesystem = _parquet(part)
+                pq.read_table(source, filesystem=filesystem)
             except Exception as exc:  # pyarrow raises several unrelated kinds for a bad file
                 findings.append(Finding(_relative(table, part), f"is not a readable checkpoint: {_first_line(exc)}"))
     pointer = table / LOG / "_last_checkpoint"
@@ -177,7 +210,11 @@ def _decode_z85(text: str) -> bytes:
 
 
 def action_path(table: str, path: str) -> str:
-    """A log action's path (relative and URL-encoded, or an absolute URI) as a local path."""
+    """A log action's path (relative and URL-encoded, or an absolute URI) as a local path
+    (or, for an object in a store, as its ``s3://`` URI)."""
+    if path.startswith(storage.SCHEMES):
+        parts = urlparse(path)
+        return f"s3://{parts.netloc}{unquote(parts.path)}"
     if "://" in path or path.startswith("file:"):
         return unquote(urlparse(path).path)
     # Plain string joins: this runs for every action of every commit.
@@ -205,7 +242,7 @@ def _file_key(action: dict[str, Any]) -> tuple[str, str]:
     return action["path"], f"{dv.get('storageType') or ''}{dv.get('pathOrInlineDv') or ''}@{offset}"
 
 
-def _deletion_vectors(table: Path, files: _LogFiles) -> set[Path]:
+def _deletion_vectors(table: Location, files: _LogFiles) -> list[Location]:
     """Deletion-vector files of the current version: the newest checkpoint's, then the JSON commits after it."""
     import pyarrow.parquet as pq
 
@@ -219,8 +256,10 @@ def _deletion_vectors(table: Path, files: _LogFiles) -> set[Path]:
     start = _newest_checkpoint(files)
     if start is not None:
         for part in files.checkpoints[start]:
-            if "add" in pq.read_schema(part).names:
-                for action in pq.read_table(part, columns=["add"]).column("add").to_pylist():
+            source, filesystem = _parquet(part)
+            if "add" in pq.read_schema(source, filesystem=filesystem).names:
+                read = pq.read_table(source, columns=["add"], filesystem=filesystem)
+                for action in read.column("add").to_pylist():
                     if action:
                         add(action)
     for version in sorted(v for v in files.commits if start is None or v > start):
@@ -229,16 +268,16 @@ def _deletion_vectors(table: Path, files: _LogFiles) -> set[Path]:
                 live.pop(_file_key(action["remove"]), None)
             elif "add" in action:
                 add(action["add"])
-    return {Path(p) for p in live.values()}
+    return storage.sort_locations([storage.location(p) for p in set(live.values())])
 
 
-def check_files(table: Path) -> list[Finding]:
+def check_files(table: Location) -> list[Finding]:
     """Every data and deletion-vector file of the current version exists, with the size the log says."""
     from deltalake import DeltaTable
 
-    table = Path(table)
+    table = _table(table)
     try:
-        delta = DeltaTable(str(table))
+        delta = DeltaTable(str(table), storage_options=storage.storage_options_for(table))
         actions = delta.get_add_actions(flatten=True)
         paths = [str(p) for p in actions.column("path").to_pylist()]
         sizes = [int(s) for s in actions.column("size_bytes").to_pylist()]
@@ -248,7 +287,7 @@ def check_files(table: Path) -> list[Finding]:
         return [Finding(LOG, f"cannot be replayed to list the current files: {_first_line(exc)}", certain=False)]
     findings: list[Finding] = []
     for path, size in zip(paths, sizes, strict=True):
-        local = Path(action_path(str(table), path))
+        local = storage.location(action_path(str(table), path))
         try:
             actual = local.stat().st_size
         except FileNotFoundError:
@@ -258,7 +297,7 @@ def check_files(table: Path) -> list[Finding]:
             findings.append(
                 Finding(_relative(table, local), f"has {actual} bytes, the log says {size} (version {version})")
             )
-    for vector in sorted(vectors):
+    for vector in vectors:
         if not vector.is_file():
             findings.append(
                 Finding(_relative(table, vector), f"is missing (a deletion-vector file of version {version})")

@@ -13,12 +13,14 @@ Five checks, each reported with what it found:
 
 A check that cannot run because an earlier one failed (no count without the files) is
 reported as failed with the reason, so ``ok`` is true only when all five passed.
+
+The checks are the same on an ``s3://`` data root: the log and checkpoints are listed and
+read through ``core.storage``, the file sizes come from the store's listing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from core import damage, engine, reads
@@ -26,7 +28,7 @@ from core.auth import Role, User, require_role
 from core.catalog import Catalog
 from core.datasets import get_dataset
 from core.errors import NotFound, OreoError
-from core.storage import local_path, location
+from core.storage import Location, location
 
 _SHOWN = 5
 
@@ -77,7 +79,7 @@ def diagnose(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User)
     """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     require_role(catalog, actor, project_id, Role.ADMIN, action="check a table")
-    main = local_path(location(info.path), "the table checks of `oreo doctor`")
+    main = location(info.path)
     log_findings = damage.check_log(main)
     file_findings = damage.check_files(main)
     checks = [
@@ -92,15 +94,17 @@ def diagnose(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User)
         checks.append(Check("catalog_version", False, str(exc)))
     if latest is not None:
         same = info.version == latest
-        detail = f"catalog and table at version {latest}" if same else (
-            f"the catalog records version {info.version}, the table is at version {latest}"
+        detail = (
+            f"catalog and table at version {latest}"
+            if same
+            else (f"the catalog records version {info.version}, the table is at version {latest}")
         )
         checks.append(Check("catalog_version", same, detail))
     checks.append(_row_count(main, info.rows, latest, readable=not log_findings and not file_findings))
     return Diagnosis(project_id, dataset_id, checks)
 
 
-def _row_count(main: Path, recorded: int | None, latest: int | None, *, readable: bool) -> Check:
+def _row_count(main: Location, recorded: int | None, latest: int | None, *, readable: bool) -> Check:
     if latest is None or not readable:
         return Check("row_count", False, "not counted: the table cannot be read (see above)")
     try:

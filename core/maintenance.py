@@ -72,6 +72,7 @@ from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
 from core.storage import (
     Location,
     ObjectPath,
+    is_object_uri,
     location,
     newest_mtime,
     object_files,
@@ -495,9 +496,9 @@ def vacuum_dry_run(
     root = str(main).rstrip("/") + "/"
     files = []
     for listed_path in sorted(listed):
-        local = listed_path.removeprefix("file:")
+        local = _listed_location(listed_path)
         try:
-            size = os.path.getsize(local)
+            size = location(local).stat().st_size if is_object_uri(local) else os.path.getsize(local)
         except OSError:
             size = 0  # gone since the listing
         files.append(VacuumFile(path=local.removeprefix(root), size_bytes=size))
@@ -505,6 +506,13 @@ def vacuum_dry_run(
     return VacuumPlan(
         retain_hours=hours, files=files, unrestorable_versions=(at_risk[0], at_risk[1]) if at_risk else None
     )
+
+
+def _listed_location(listed: str) -> str:
+    """A path VACUUM listed, as ``str`` of its location: ``file:`` dropped, Spark's ``s3a://`` as ``s3://``."""
+    if listed.startswith("s3a://"):
+        return "s3://" + listed.removeprefix("s3a://")
+    return listed.removeprefix("file:")
 
 
 def _last_checkpoint(main: Location) -> int | None:

@@ -83,7 +83,7 @@ from core.config import get_settings
 from core.errors import AlreadyExists, EngineError, InvalidFile, InvalidInput, NotFound, OreoError
 from core.ingest import check_column_names, check_input_file, normalise_types, read_input_file
 from core.layout import validate_id
-from core.storage import Location
+from core.storage import Location, location
 
 if TYPE_CHECKING:
     import psycopg
@@ -1051,7 +1051,7 @@ def _finish(
     assert info.version is not None
     report(0.85, "checking the Delta table against the rows written")
     stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
-    if handed_over is not None and stored_is_written(Path(info.path), info.version):
+    if handed_over is not None and stored_is_written(location(info.path), info.version):
         delta = handed_over.checksums  # the stored rows are the rows hashed on their way to Spark
     else:
         report(0.9, "the Delta table differs from the rows written; computing its checksums")

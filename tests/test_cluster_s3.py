@@ -6,7 +6,9 @@ with a bucket, and gives the Connect server Hadoop's s3a jars and confs. The cli
 only the exported variables: ``SPARK_REMOTE``, ``OREO_DATABASE_URL`` (PostgreSQL),
 ``DELTA_DATA_ROOT=s3://...`` and the ``AWS_*`` ones. The loop is tests/s3_loop.py, the one
 tests/test_storage_s3.py runs on embedded Spark: create, edit, submit, approve (MERGE
-exactly once), read, history, OPTIMIZE, RESTORE; then an import with a new column.
+exactly once), read, history, OPTIMIZE, RESTORE, then ``oreo export`` (CSV, Parquet),
+``maintain --vacuum`` (dry run and run), ``doctor`` and ``migrate`` from Parquet and from
+PostgreSQL (the cluster's own server holds the source table); then an import with a new column.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def test_the_core_loop_on_s3_through_spark_connect(
     assert isinstance(root, ObjectPath) and str(root) == cluster_s3["DELTA_DATA_ROOT"]
     assert client["OREO_DATABASE_URL"].startswith("postgresql+psycopg://")
 
-    seen = s3_loop.run_loop(tmp_path, client)
+    source_db = client["OREO_DATABASE_URL"].replace("postgresql+psycopg://", "postgresql://")
+    seen = s3_loop.run_loop(tmp_path, {**client, "OREO_S3_LOOP_PG": source_db})
 
     assert seen["connect"] is True  # every Spark statement ran on the Connect server
     s3_loop.check_loop(seen, root, tmp_path)

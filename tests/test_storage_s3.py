@@ -258,11 +258,61 @@ def test_moto_server_is_a_separate_process(s3_endpoint: str) -> None:
         assert b"ListAllMyBucketsResult" in answer.read()
 
 
-def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path: Path) -> None:
+def test_core_loop_on_the_bucket(s3_root: ObjectPath, s3_endpoint: str, tmp_path: Path, postgres_url: str) -> None:
     """Create, edit, submit, approve, read, history, OPTIMIZE and RESTORE with DELTA_DATA_ROOT on
-    the bucket: Spark through s3a, delta-rs for the live edits, DuckDB through httpfs
+    the bucket: Spark through s3a, delta-rs for the live edits, DuckDB through httpfs; then
+    export, VACUUM, doctor and migrate (Parquet and PostgreSQL) onto the bucket
     (tests/s3_loop.py, in its own process)."""
-    env = {**os.environ, "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}"}
+    env = {
+        **os.environ,
+        "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "OREO_S3_LOOP_PG": postgres_url.replace("postgresql+psycopg://", "postgresql://"),
+    }
     seen = s3_loop.run_loop(tmp_path, env)
     assert seen["connect"] is False  # embedded Spark, in the loop's process
     s3_loop.check_loop(seen, s3_root, tmp_path)
+
+
+def test_doctor_checks_find_damage_on_the_bucket(s3_root: ObjectPath) -> None:
+    """`oreo doctor`'s log, file and checkpoint checks list and read the table through the store."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from core import damage
+
+    main = dataset_layout(s3_root, "proj", "ds").main
+    assert isinstance(main, ObjectPath)
+    options = storage.delta_storage_options()
+    for values in ([1, 2], [3], [4]):
+        write_deltalake(str(main), _table(values), mode="append", storage_options=options)
+    DeltaTable(str(main), storage_options=options).create_checkpoint()  # of version 2
+    write_deltalake(str(main), _table([5]), mode="append", storage_options=options)
+    assert damage.check_log(main) == damage.check_files(main) == damage.check_checkpoints(main) == []
+
+    added = [p for p in storage.object_files(main) if p.suffix == ".parquet" and "_delta_log" not in p.key]
+    cut, lost = storage.sort_locations(list(added))[:2]
+    logged = cut.stat().st_size
+    storage.write_bytes(cut, b"cut")  # a data file of the current version, cut short
+    lost.unlink()  # and one lost
+    assert sorted(f.line() for f in damage.check_files(main)) == sorted(
+        [
+            f"{cut.name} has 3 bytes, the log says {logged} (version 3)",
+            f"{lost.name} is missing (a data file of version 3)",
+        ]
+    )
+
+    log = main / "_delta_log"
+    storage.write_bytes(log / f"{1:020d}.json", b'{"commitInfo": {')  # before the checkpoint: a full check reads it
+    storage.write_bytes(log / f"{2:020d}.checkpoint.parquet", b"junk")
+    storage.write_bytes(log / f"{4:020d}.json", b"")  # and the newest commit left empty
+    log_findings = [(f.file, f.problem) for f in damage.check_log(main)]
+    assert [file for file, _ in log_findings] == [f"_delta_log/{1:020d}.json", f"_delta_log/{4:020d}.json"]
+    assert log_findings[0][1].startswith("is not valid JSON at line 1") and log_findings[1][1] == "is empty"
+    (log / f"{3:020d}.json").unlink()
+    assert (
+        damage.check_log(main)[-1].line()
+        == f"_delta_log/{3:020d}.json missing: the log has a gap after the checkpoint of version 2"
+    )
+    (checkpoint,) = damage.check_checkpoints(main)
+    assert checkpoint.file == f"_delta_log/{2:020d}.checkpoint.parquet"
+    assert checkpoint.problem.startswith("is not a readable checkpoint")
+    assert damage.find_damage(main) is None  # readers look at local tables only; doctor does the full check

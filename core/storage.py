@@ -390,6 +390,9 @@ def _filesystem_for(settings: S3Settings) -> S3FileSystem:
         scheme="http" if settings.uses_http else "https",
         endpoint_override=settings.endpoint_host,
         check_directory_existence_before_creation=False,
+        # A small file (session metadata, settings, validation summaries) goes up in one
+        # PutObject when its stream closes, not a multipart upload of three requests.
+        allow_delayed_open=True,
     )
 
 

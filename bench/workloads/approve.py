@@ -20,6 +20,7 @@ stages (``ChangeRequest.stages``) are the step-by-step breakdown.
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -67,14 +68,23 @@ def run(config: BenchConfig) -> WorkloadResult:
     run_tag = uuid.uuid4().hex[:6]  # the table persists between runs: new values every run
 
     def stage() -> change_requests.ChangeRequest:
+        began = time.perf_counter()
         start = next(block) * rows_per_cr % (config.rows - rows_per_cr)
         ids = [str(FIRST_ID + start + i) for i in range(rows_per_cr)]
         tag = f"{run_tag}-{next(block)}"
         ops: list[sessions.EditOp] = [sessions.SetCell(r, c, f"{c} {tag}") for r in ids for c in COLUMNS]
         session = sessions.open_session(catalog, PROJECT, table.dataset_id, actor=editor)
+        opened = time.perf_counter()
         sessions.apply_edits(catalog, session.session_id, ops, actor=editor)
+        edited = time.perf_counter()
         cr = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="bench")
         expect(cr.cells == CELLS, f"staged {cr.cells} cells")
+        print(
+            f"[bench] staged {CELLS:,} cells in {time.perf_counter() - began:.1f} s (open {opened - began:.1f} s, "
+            f"edits {edited - opened:.1f} s, submit {time.perf_counter() - edited:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         return cr
 
     stages: list[tuple[str, float]] = []

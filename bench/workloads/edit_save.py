@@ -4,7 +4,8 @@
   the base value looked up in ``main`` (``core.reads.read_rows_as_text``), the value
   type-checked, one delta-rs append to ``edits.delta`` and the session metadata rewritten;
 * bare delta-rs: ``write_deltalake`` appending the same one-row edit to a scratch table
-  with the same schema (the storage work alone).
+  with the same schema (the storage work alone), on the same store as the session's
+  ``edits.delta`` (a temporary folder, or beside the sessions in the bucket on S3).
 
 The first lookup of a table version in a process scans ``main``; the second builds a
 row locator for that version, and later ones read one row from one Parquet file. Both
@@ -20,6 +21,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +41,7 @@ def run(config: BenchConfig) -> WorkloadResult:
     from core import auth, sessions
     from core.catalog import open_catalog
     from core.datasets import layout_for
+    from core.storage import Location, ObjectPath, remove_tree, storage_options_for
 
     table = ensure_customers(config.rows)
     catalog = open_catalog()
@@ -63,7 +66,14 @@ def run(config: BenchConfig) -> WorkloadResult:
         core_save()
         first_saves_ms.append((time.perf_counter() - start) * 1000.0)
 
-    scratch = Path(tempfile.mkdtemp(prefix="oreo-bench-edits-")) / "edits.delta"
+    # On the session's store: on S3 a bare append to the local disk measured the disk, not S3.
+    scratch_dir: Location
+    if isinstance(layout.live_edit_root, ObjectPath):
+        scratch_dir = layout.live_edit_root.parent / f"bench-scratch-{uuid.uuid4().hex[:8]}"
+    else:
+        scratch_dir = Path(tempfile.mkdtemp(prefix="oreo-bench-edits-"))
+    scratch = scratch_dir / "edits.delta"
+    options = storage_options_for(scratch)
 
     def bare_append() -> object:
         i = next(counter)
@@ -78,7 +88,9 @@ def run(config: BenchConfig) -> WorkloadResult:
             "ts": datetime.now(UTC),
             "validation": "{}",
         }
-        write_deltalake(scratch, pa.Table.from_pylist([row], schema=sessions.EDITS_SCHEMA), mode="append")
+        data = pa.Table.from_pylist([row], schema=sessions.EDITS_SCHEMA)
+        target = scratch if isinstance(scratch, Path) else str(scratch)
+        write_deltalake(target, data, mode="append", storage_options=options)
         return row
 
     repeats = max(config.repeats, 60)  # a p95 needs enough samples
@@ -93,7 +105,10 @@ def run(config: BenchConfig) -> WorkloadResult:
         expect(stored == saves, f"{stored} edits on disk after {saves} saves")
     finally:
         sessions.discard_session(catalog, session.session_id, actor=editor)
-        shutil.rmtree(scratch.parent, ignore_errors=True)
+        if isinstance(scratch_dir, Path):
+            shutil.rmtree(scratch_dir, ignore_errors=True)
+        else:
+            remove_tree(scratch_dir)
     core, bare = timed.values()
     return WorkloadResult(
         name=NAME,

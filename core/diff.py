@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from core import audit, datasets, reads
+from core import audit, datasets, reads, storage
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, DatasetRow
 from core.errors import EngineError, InvalidInput, NotFound
@@ -596,9 +596,10 @@ def export_row_diff(source: DiffSource, out: Path, *, fmt: ExportFormat, spec: R
     renamed into place, so a failed export leaves no file.
 
     Raises:
-        InvalidInput: Unknown format.
+        InvalidInput: Unknown format, or ``out`` names object storage.
         EngineError: DuckDB could not read the tables or write the file.
     """
+    out = storage.local_file(out)
     if fmt not in ("csv", "parquet"):
         raise InvalidInput(f"unknown export format {fmt!r}; use csv or parquet", field="format")
     q, lit = reads.quote_ident, reads.quote_literal

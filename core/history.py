@@ -46,7 +46,7 @@ from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow
 from core.datasets import get_dataset, layout_for, stable_order, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, TableDamaged
-from core.storage import Location, ObjectPath, arrow_target, is_object_uri, location, object_files
+from core.storage import Location, ObjectPath, arrow_target, is_object_uri, local_file, location, object_files
 from core.writer import writing
 
 RESTORE_ACTION = "restore"
@@ -928,7 +928,7 @@ def export_version(
         PermissionDenied: ``actor`` is not a member of the project.
         EngineError: DuckDB could not write the file.
     """
-    out = Path(out)
+    out = local_file(out)
     fmt = EXPORT_FORMATS.get(out.suffix.lower())
     if fmt is None:
         raise InvalidInput(

@@ -177,6 +177,23 @@ def is_object_uri(raw: str | os.PathLike[str] | ObjectPath) -> bool:
     return isinstance(raw, ObjectPath) or str(raw).startswith(SCHEMES)
 
 
+def local_file(raw: str | os.PathLike[str], *, field: str = "out") -> Path:
+    """``raw`` as a local file to write, refused when it names object storage.
+
+    A ``Path`` built from ``s3://bucket/key`` reads ``s3:/bucket/key``; both spellings are caught.
+
+    Raises:
+        InvalidInput: ``raw`` is an ``s3://`` (or ``s3a://``) URI.
+    """
+    text = str(raw)
+    if text.startswith(SCHEMES) or text.startswith(tuple(s.replace("//", "/") for s in SCHEMES)):
+        raise InvalidInput(
+            f"{field} {text!r} is on object storage; exports are written to a local file (copy it up afterwards)",
+            field=field,
+        )
+    return Path(raw)
+
+
 def location(raw: str | os.PathLike[str] | ObjectPath) -> Location:
     """``raw`` as a location: an ``ObjectPath`` for ``s3://`` (or ``s3a://``) URIs, else ``Path(raw)``."""
     if isinstance(raw, (Path, ObjectPath)):

@@ -363,6 +363,18 @@ def test_export_refusals_leave_nothing(catalog: Catalog, tmp_path: Path, name: s
     assert sorted(p.name for p in target.iterdir()) == ["folder.csv"]
 
 
+@pytest.mark.parametrize("out", ["s3://bucket/nums.csv", Path("s3://bucket/nums.csv"), "s3a://bucket/x.parquet"])
+def test_export_to_object_storage_is_refused_by_name(catalog: Catalog, out: str | Path) -> None:
+    """Exports write a local file; an s3:// target (even as a Path, which reads s3:/...) is named, not 'missing'."""
+    with pytest.raises(InvalidInput, match=r"is on object storage; exports are written to a local file") as refused:
+        history.export_version(catalog, PROJECT, DATASET, out, actor=get_user(catalog, "ed"))  # type: ignore[arg-type]
+    assert "does not exist" not in str(refused.value)
+    with pytest.raises(InvalidInput, match=r"is on object storage"):
+        history.export_version_diff(
+            catalog, PROJECT, DATASET, 1, 2, out, actor=get_user(catalog, "ed"), fmt="csv"  # type: ignore[arg-type]
+        )
+
+
 # ---------------------------------------------------------------- CLI
 
 

@@ -78,6 +78,11 @@ def open_duckdb() -> duckdb.DuckDBPyConnection:
     if is_object_uri(get_settings().data_root):
         con.execute(f"LOAD '{extension_path('httpfs')}'")
         con.execute(duckdb_secret_sql())
+        # A Delta data file is never rewritten under its name, so its size and date can be
+        # remembered: without this every page read sent one HEAD per data file of the table
+        # (a read cost more the more files main had). The log itself is read by the delta
+        # extension's own client, so new versions are still seen.
+        con.execute("SET enable_http_metadata_cache = true")
     con.execute(f"LOAD '{extension_path()}'")
     # Text forms of timestamps (edits, JSON output) must not depend on the host's zone.
     con.execute("SET TimeZone = 'UTC'")

@@ -29,6 +29,9 @@ MOTO_SERVER = Path(sys.executable).parent / "moto_server"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
 
 
+MOTO_LOGS: dict[str, Path] = {}  # each moto server's request log, by endpoint
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,6 +56,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with log.open("wb") as out:
         proc = subprocess.Popen([str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
+    MOTO_LOGS[url] = log
     deadline = time.monotonic() + 60
     while not _answers(url):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -160,6 +164,29 @@ def test_delta_rs_writes_and_duckdb_reads_on_the_bucket(s3_root: ObjectPath) -> 
     assert reads.count_rows(table, 0) == 3
     assert [(c.name, c.type) for c in reads.table_schema(table, 1)] == [("row_id", "VARCHAR"), ("value", "BIGINT")]
     assert reads.read_rows_by_id(table, ["r2", "r4"])["value"].sort_values().tolist() == [2, 4]
+
+
+def test_page_reads_do_not_ask_for_every_data_file_again(s3_root: ObjectPath, s3_endpoint: str) -> None:
+    """Data files never change under their names: a second read of a page sends no HEAD for them."""
+    from deltalake import write_deltalake
+
+    table = s3_root / "many_files"
+    for n in range(6):
+        write_deltalake(str(table), _table([n]), mode="append", storage_options=storage.delta_storage_options())
+    log = MOTO_LOGS[s3_endpoint]
+
+    def data_requests() -> list[str]:
+        return [line for line in log.read_text().splitlines() if "/many_files/part-" in line]
+
+    assert reads.count_rows(table) == 6
+    seen = len(data_requests())
+    assert seen > 0  # the first read fetched the files
+    assert reads.count_rows(table) == 6
+    time.sleep(0.3)  # moto writes its log line after answering
+    again = data_requests()[seen:]
+    assert again == [], again
+    write_deltalake(str(table), _table([6]), mode="append", storage_options=storage.delta_storage_options())
+    assert reads.count_rows(table) == 7  # a new version is still seen
 
 
 def test_live_edit_session_on_the_bucket(s3_root: ObjectPath) -> None:

@@ -129,16 +129,35 @@ class ObjectPath:
             yield self / info.base_name
 
     def glob(self, pattern: str) -> Iterator[ObjectPath]:
-        """Keys (and prefixes) below this one whose relative path matches ``pattern`` part by part."""
-        from pyarrow.fs import FileSelector
+        """Keys (and prefixes) below this one whose relative path matches ``pattern`` part by part.
 
-        wanted = pattern.split("/")
-        selector = FileSelector(self._fs_path, allow_not_found=True, recursive=True)
+        Only the levels with a wildcard are listed, one level at a time, and the literal
+        tail is checked per candidate: finding a session's ``*/datasets/*/live_edit/<id>/
+        metadata.json`` costs a listing per project plus one request per dataset, where a
+        recursive listing read every object of every table.
+        """
+        from pyarrow.fs import FileSelector, FileType
+
+        fs = _filesystem()
+        parts = pattern.split("/")
+        found = [self._fs_path]
+        for depth, part in enumerate(parts):
+            if not any(c in part for c in "*?["):
+                found = [f"{prefix}/{part}" for prefix in found]
+                continue
+            last = depth == len(parts) - 1
+            found = [
+                info.path
+                for prefix in found
+                for info in fs.get_file_info(FileSelector(prefix, allow_not_found=True))
+                if fnmatch.fnmatchcase(info.path.rsplit("/", 1)[-1], part)
+                and (last or info.type == FileType.Directory)
+            ]
+        if found and not any(c in parts[-1] for c in "*?["):
+            found = [info.path for info in fs.get_file_info(found) if info.type != FileType.NotFound]
         start = len(self._fs_path) + 1
-        for info in _filesystem().get_file_info(selector):
-            rel = info.path[start:].split("/")
-            if len(rel) == len(wanted) and all(fnmatch.fnmatchcase(r, w) for r, w in zip(rel, wanted, strict=True)):
-                yield self / "/".join(rel)
+        for path in found:
+            yield self / path[start:]
 
     def read_bytes(self) -> bytes:
         try:

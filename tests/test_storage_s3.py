@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -164,6 +165,51 @@ def test_delta_rs_writes_and_duckdb_reads_on_the_bucket(s3_root: ObjectPath) -> 
     assert reads.count_rows(table, 0) == 3
     assert [(c.name, c.type) for c in reads.table_schema(table, 1)] == [("row_id", "VARCHAR"), ("value", "BIGINT")]
     assert reads.read_rows_by_id(table, ["r2", "r4"])["value"].sort_values().tolist() == [2, 4]
+
+
+def test_glob_lists_only_the_levels_it_must(s3_root: ObjectPath, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Finding a session reads no table's files: only wildcard levels are listed, the tail is checked."""
+    projects = s3_root / "projects"
+    keys = [
+        "p1/datasets/d1/live_edit/s1/metadata.json",
+        "p1/datasets/d1/live_edit/s1/edits.delta/part-1.parquet",
+        "p2/datasets/d3/live_edit/s2/metadata.json",
+        *(f"p1/datasets/d2/main/part-{n}.parquet" for n in range(5)),
+    ]
+    for key in keys:
+        (projects / key).write_text("x")
+    filesystem = storage._filesystem()
+    seen: list[str] = []
+
+    class Recording:
+        """The store's filesystem, noting every path a listing or lookup answered with."""
+
+        def get_file_info(self, what: Any) -> Any:
+            infos = filesystem.get_file_info(what)
+            seen.extend(i.path for i in infos)
+            return infos
+
+    monkeypatch.setattr(storage, "_filesystem", lambda: Recording())
+    assert storage.glob(projects, "*/datasets/*/live_edit/s1/metadata.json") == [
+        projects / "p1/datasets/d1/live_edit/s1/metadata.json"
+    ]
+    assert seen and not [path for path in seen if "/main/" in path or "edits.delta" in path], seen
+
+    assert storage.glob(projects, "*/datasets/*/live_edit/*/metadata.json") == [
+        projects / "p1/datasets/d1/live_edit/s1/metadata.json",
+        projects / "p2/datasets/d3/live_edit/s2/metadata.json",
+    ]
+    assert storage.glob(projects, "*/datasets/*") == [
+        projects / "p1/datasets/d1",
+        projects / "p1/datasets/d2",
+        projects / "p2/datasets/d3",
+    ]
+    assert storage.glob(projects, "p1/datasets/d2/main/part-[13].parquet") == [
+        projects / "p1/datasets/d2/main/part-1.parquet",
+        projects / "p1/datasets/d2/main/part-3.parquet",
+    ]
+    assert storage.glob(projects, "*/datasets/*/live_edit/nope/metadata.json") == []
+    assert storage.glob(s3_root / "absent", "*/x") == []
 
 
 def test_page_reads_do_not_ask_for_every_data_file_again(s3_root: ObjectPath, s3_endpoint: str) -> None:

@@ -385,13 +385,15 @@ with oreo_errors():
                 f"empty; keep the value and type a valid one. Empty cells show as {EMPTY}.",
                 icon=":material/backspace:",
             )
-            yes, no, _ = st.columns([1.3, 1.3, 4])
-            if yes.button(f"Empty the cell(s) ({EMPTY})", key="table_clear_yes", type="primary", width="stretch"):
+            # The safe choice comes first: this warning appears above the grid a moment after the
+            # edit, so a click meant for the grid's first column can land here as it does.
+            no, yes, _ = st.columns([1.3, 1.3, 4])
+            if yes.button(f"Empty the cell(s) ({EMPTY})", key="table_clear_yes", width="stretch"):
                 with oreo_errors():
                     save([sessions.SetCell(c["row_id"], c["column"], None) for c in clears])
                     st.session_state.pop(CLEARS_KEY, None)
                     st.rerun()
-            if no.button("Keep the value(s)", key="table_clear_no", width="stretch"):
+            if no.button("Keep the value(s)", key="table_clear_no", type="primary", width="stretch"):
                 st.session_state.pop(CLEARS_KEY, None)
                 reset_editor()
                 st.rerun()

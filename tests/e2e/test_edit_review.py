@@ -149,11 +149,12 @@ def select_cell(page: Page, row: int, name: str) -> None:
     """
     grid = editor(page)
     target = column_index(grid, name)
-    box = grid.locator("canvas").first.bounding_box()
-    assert box is not None
     selected = grid.locator("td[aria-selected='true']")
     for attempt in range(3):
         try:
+            # Where the grid is now: a warning shown above it since the last look moves it down.
+            box = grid.locator("canvas").first.bounding_box()
+            assert box is not None
             page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
             expect(selected).to_have_attribute("aria-colindex", "1", timeout=10_000)
             for _ in range(target - 1):

@@ -423,6 +423,9 @@ def test_two_filters_and_the_sort_give_the_cli_rows_and_the_url_shares_them(
     page.get_by_role("button", name="Add filter").click()
     settle(page, page.get_by_role("button", name="monthly_spend ≥ 100"))
     choose(page, "table_sort_col", "monthly_spend")
+    # The switch is disabled until the run that took the sort column has drawn it enabled; a
+    # click on its label before that does nothing (seen on a loaded machine).
+    expect(page.get_by_role("switch", name="Descending")).to_be_enabled()
     page.locator(".st-key-table_sort_desc").get_by_text("Descending").click()
     grid = editor(page)
     expect(grid.locator("th[role='columnheader']", has_text="monthly_spend ▼")).to_have_count(1)

@@ -50,11 +50,6 @@ class _LogFiles:
     parts_expected: dict[int, int]
 
 
-def _table(table: Location | str) -> Location:
-    """``table`` as a location: an ``ObjectPath`` stays one, anything else becomes a ``Path``."""
-    return table if isinstance(table, ObjectPath) else Path(table)
-
-
 def _log_entries(log: Location) -> list[tuple[str, Location]]:
     """``(name, location)`` of every entry of a ``_delta_log`` folder."""
     if isinstance(log, ObjectPath):
@@ -99,11 +94,6 @@ def _lines(path: Location) -> Iterator[str]:
         yield from handle
 
 
-def _parquet(path: Location) -> tuple[Path | str, Any]:
-    """``(source, filesystem)`` for pyarrow's Parquet readers."""
-    return storage.arrow_target(path)
-
-
 def _read_commit(path: Location) -> list[dict[str, Any]]:
     """The actions of one JSON commit; ValueError (with the line) when it does not parse."""
     actions = []
@@ -134,7 +124,7 @@ def check_log(table: Location, *, every_commit: bool = True) -> list[Finding]:
     With ``every_commit`` False only the commits readers replay (those after the newest
     checkpoint) are parsed: the quick check ``find_damage`` makes.
     """
-    table = _table(table)
+    table = storage.location(table)
     if not (table / LOG).is_dir():
         return [Finding(LOG, "is missing: this is not a Delta table")]
     files = _log_files(table)
@@ -165,7 +155,7 @@ def check_checkpoints(table: Location) -> list[Finding]:
     """Every checkpoint file is readable Parquet and complete; ``_last_checkpoint`` names a real one."""
     import pyarrow.parquet as pq
 
-    table = _table(table)
+    table = storage.location(table)
     if not (table / LOG).is_dir():
         return []
     files = _log_files(table)
@@ -180,7 +170,7 @@ def check_checkpoints(table: Location) -> list[Finding]:
             )
         for part in parts:
             try:
-                source, filesystem = _parquet(part)
+                source, filesystem = storage.arrow_target(part)
                 pq.read_table(source, filesystem=filesystem)
             except Exception as exc:  # pyarrow raises several unrelated kinds for a bad file
                 findings.append(Finding(_relative(table, part), f"is not a readable checkpoint: {_first_line(exc)}"))
@@ -256,7 +246,7 @@ def _deletion_vectors(table: Location, files: _LogFiles) -> list[Location]:
     start = _newest_checkpoint(files)
     if start is not None:
         for part in files.checkpoints[start]:
-            source, filesystem = _parquet(part)
+            source, filesystem = storage.arrow_target(part)
             if "add" in pq.read_schema(source, filesystem=filesystem).names:
                 read = pq.read_table(source, columns=["add"], filesystem=filesystem)
                 for action in read.column("add").to_pylist():
@@ -275,7 +265,7 @@ def check_files(table: Location) -> list[Finding]:
     """Every data and deletion-vector file of the current version exists, with the size the log says."""
     from deltalake import DeltaTable
 
-    table = _table(table)
+    table = storage.location(table)
     try:
         delta = DeltaTable(str(table), storage_options=storage.storage_options_for(table))
         actions = delta.get_add_actions(flatten=True)

@@ -104,8 +104,8 @@ _INTERVAL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(second|minute|hour|day|week)s?"
 class TableStats:
     """The current snapshot of a ``main`` table.
 
-    ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 1 MiB, a quarter
-    of the 4 MiB files main is written in) when there are at least two of them: the ones
+    ``small_files`` counts files under ``OREO_SMALL_FILE_MB`` (default 1 MiB, half
+    of the 2 MiB files main is written in) when there are at least two of them: the ones
     OPTIMIZE would compact. A small table's one small file is not "small files": there is
     nothing to compact it with. ``versions`` is the newest version plus one.
     """

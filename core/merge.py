@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import duckdb
 from sqlalchemy import select
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -72,7 +73,7 @@ from core.change_requests import (
 )
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
-from core.storage import Location, spark_uri
+from core.storage import Location, location, spark_uri
 from core.writer import writing
 
 log = logging.getLogger(__name__)
@@ -335,17 +336,21 @@ SMALL_MERGE_CONFS = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.shuffle.partitions": "1",
     "spark.databricks.delta.merge.materializeSource": "none",
+    # The in-memory source is one partition, so each broadcast of it is one task, not four.
+    "spark.sql.leafNodeDefaultParallelism": "1",
 }
-# Deletion vectors stay on for small MERGEs. Profiled job by job on the 1M-row bench table
-# (Oreo's layout, files of 3.4 MiB): a 5-row update runs 8 Spark jobs (12 when the touched
-# file already has a vector): 3 find the touched files, 2 write the updated rows, 3 to 7
-# write the vector. With ``spark.databricks.delta.merge.deletionVectors.persistent`` off it
-# runs 5, rewriting the whole touched file instead, but that write job is CPU-bound (about
-# 100,000 rows re-encoded with statistics): in two interleaved runs (one process each, 2
-# cores, load 12-30) the rewrite won 5 of 10 pairs (medians 12.8 s vs 16.0 s, then 8.1 s vs
-# 6.7 s), its jobs busy up to 10 s against 1-5 s, and the merge_layout benchmark gained
-# nothing (0.67x with it, 0.41x without, at different loads). A rewrite pays only with
-# smaller main files, which cost page reads more files.
+# A small MERGE rewrites the files it touches instead of writing deletion vectors when they
+# hold at most this many main files' worth of bytes (engine.MAIN_FILE_BYTES each), so a
+# rewrite re-encodes a few MB at most; more (scattered rows, or the big files of a table
+# written before main was clustered), and the vectors cost less. Profiled job by job on the 1M-row bench table
+# (Oreo's layout): a 5-row update with vectors runs 12 Spark jobs (3 find the touched file, 2
+# write the updated rows, 7 write the vector and its index) and is busy only 0.5 s of its
+# 1.5 s, the rest being the driver between jobs; rewriting runs 5. Interleaved on a quiet
+# machine, same process: 683 ms rewriting against 977 ms with vectors (medians of 8). Under
+# a load of 12-30 the CPU-bound rewrite only drew level (5 of 10 pairs), which is why it is
+# kept to few files. DuckDB finds the touched files (about 25 ms, by row_id statistics).
+REWRITE_MAX_FILES = 2
+DELETION_VECTORS_CONF = "spark.databricks.delta.merge.deletionVectors.persistent"
 
 
 @dataclass(frozen=True)
@@ -371,6 +376,24 @@ def _small_source(staging: Location) -> _Staged:
         return _Staged(ops={str(o) for o in table.column(OP_COLUMN).to_pylist()}, row_ids=ids, rows=table)
     query = f"SELECT DISTINCT {OP_COLUMN} FROM delta_scan(?)"
     return _Staged(ops={str(r[0]) for r in reads.cursor().execute(query, [str(staging)]).fetchall()})
+
+
+def _touched_bytes(main: Location, version: int, row_ids: list[str]) -> int | None:
+    """The size of ``main``'s files that hold any of ``row_ids`` (DuckDB skips the others by their statistics).
+
+    None when DuckDB cannot read the table or a file's size: the MERGE then keeps its
+    deletion vectors.
+    """
+    if not row_ids:
+        return 0
+    marks = ", ".join("?" for _ in row_ids)
+    scan = "delta_scan(?, version => ?, filename => true)"
+    sql = f"SELECT DISTINCT filename FROM {scan} WHERE row_id IN ({marks})"
+    try:
+        files = [str(r[0]) for r in reads.cursor().execute(sql, [str(main), int(version), *row_ids]).fetchall()]
+        return sum(location(f).stat().st_size for f in files)
+    except (duckdb.Error, OSError):
+        return None
 
 
 def _merge_once(
@@ -401,10 +424,16 @@ def merge_staged(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     columns = staged_columns(staging)
-    existing = {c.name for c in reads.table_schema(main, engine.latest_version(main))}
+    version = engine.latest_version(main)
+    existing = {c.name for c in reads.table_schema(main, version)}
     staged = _small_source(staging)
     small = staged.rows is not None
-    with engine.dml_session(commit, txn=txn, confs=SMALL_MERGE_CONFS if small else None) as spark:
+    confs = dict(SMALL_MERGE_CONFS) if small else None
+    if confs is not None:
+        touched = _touched_bytes(main, version, staged.row_ids or [])
+        if touched is not None and touched <= REWRITE_MAX_FILES * engine.MAIN_FILE_BYTES:
+            confs[DELETION_VECTORS_CONF] = "false"
+    with engine.dml_session(commit, txn=txn, confs=confs) as spark:
         view = None
         schema = None
         if small:

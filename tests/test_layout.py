@@ -326,6 +326,37 @@ def test_a_small_merge_runs_from_memory_and_leaves_the_session_as_it_was(
     assert not [t.name for t in spark.catalog.listTables() if t.name.startswith("oreo_staged_")]
 
 
+@pytest.mark.spark
+def test_a_merge_touching_few_files_rewrites_them_and_more_write_deletion_vectors(
+    people: Path, catalog: Catalog
+) -> None:
+    ranges = _row_id_ranges(people)
+    assert len(ranges) > merge.REWRITE_MAX_FILES + 1, ranges
+    # Two rows of one file: that file is rewritten whole, no deletion vector.
+    low, high, _ = ranges[1]
+    one_file = sorted(r for r in map(str, range(1, 3001)) if low <= r <= high)[:2]
+    file_bytes = merge._touched_bytes(people, engine.latest_version(people), one_file)
+    assert file_bytes is not None and 0 < file_bytes <= engine.MAIN_FILE_BYTES
+    metrics = _approve_edit(catalog, one_file, "rewritten")
+    assert int(metrics["numTargetRowsUpdated"]) == 2
+    assert int(metrics["numTargetDeletionVectorsAdded"]) == 0
+    assert int(metrics["numTargetFilesRemoved"]) == 1
+    # One row in each of more files than that: deletion vectors, each file left in place.
+    spread = [low for low, _, _ in _row_id_ranges(people)[2 : merge.REWRITE_MAX_FILES + 4]]
+    spread_bytes = merge._touched_bytes(people, engine.latest_version(people), spread)
+    assert spread_bytes is not None and spread_bytes > merge.REWRITE_MAX_FILES * engine.MAIN_FILE_BYTES
+    metrics = _approve_edit(catalog, spread, "vectors")
+    assert int(metrics["numTargetRowsUpdated"]) == len(spread)
+    assert int(metrics["numTargetDeletionVectorsAdded"]) == len(spread)
+    assert _names(people, [*one_file, *spread]) == {
+        **dict.fromkeys(one_file, "rewritten"),
+        **dict.fromkeys(spread, "vectors"),
+    }
+    assert merge._touched_bytes(people, engine.latest_version(people), []) == 0
+    # A table DuckDB cannot read: no size, so the MERGE keeps its deletion vectors.
+    assert merge._touched_bytes(people.parent / "missing", 0, spread) is None
+
+
 def test_the_in_list_is_only_for_small_sources(tmp_path: Path) -> None:
     main, staging = tmp_path / "main", tmp_path / "staging"
     small = merge._merge_sql(main, staging, ["row_id", "a"], {"row_id", "a"}, {"update"}, row_ids=["b'1", "a"])

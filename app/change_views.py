@@ -118,8 +118,13 @@ def findings(run: ValidationRun | None) -> None:
         st.markdown(f"Data checks: {status_badge(None)}")
         return
     failed = sum(not c.success for c in run.checks) if run.checks else len(run.failures)
+    skipped = (
+        f" · {run.skipped} about columns the request does not change not run (their values are main's)"
+        if run.skipped
+        else ""
+    )
     st.markdown(
-        f"Data checks: {status_badge(run.status)} · {run.evaluated} expectation(s) evaluated · {failed} failed"
+        f"Data checks: {status_badge(run.status)} · {run.evaluated} expectation(s) evaluated · {failed} failed{skipped}"
     )
     order = {"critical": 0, "warning": 1, "info": 2}
     if not run.checks:  # a run from before every check was kept: its failures only

@@ -84,6 +84,8 @@ class ValidationRun:
     version: int | None = None
     suite_digest: str | None = None
     checks: list[Check] = field(default_factory=list)  # every expectation evaluated (none in runs before them)
+    # Expectations left out because they judge only columns the change does not touch.
+    skipped: int = 0
 
     @property
     def blocking(self) -> bool:
@@ -98,6 +100,7 @@ class ValidationRun:
             "version": self.version,
             "suite_digest": self.suite_digest,
             "checks": [asdict(c) for c in self.checks],
+            "skipped": self.skipped,
         }
 
 
@@ -210,7 +213,42 @@ def load_run(layout: DatasetLayout, run_id: str) -> ValidationRun:
         version=data.get("version"),
         suite_digest=data.get("suite_digest"),
         checks=[Check(**c) for c in data.get("checks", [])],
+        skipped=int(data.get("skipped", 0)),
     )
+
+
+def touched_columns(staging: Location) -> set[str] | None:
+    """The columns a staged change sets: its updates' ``_changed`` columns; None when it inserts rows (all)."""
+    from core import reads
+
+    sql = (
+        "SELECT coalesce(bool_or(_op = 'insert' OR _changed IS NULL), false), "
+        "coalesce(list_distinct(flatten(list(_changed))), []) FROM delta_scan(?) WHERE _op <> 'delete'"
+    )
+    try:
+        row = reads.cursor().execute(sql, [str(staging)]).fetchone()
+    except Exception as exc:  # duckdb.Error and its subclasses
+        raise EngineError(f"DuckDB could not read the staged change: {str(exc).splitlines()[0]}") from exc
+    assert row is not None
+    return None if row[0] else {str(c) for c in row[1]}
+
+
+def _columns_of(item: dict[str, Any]) -> set[str]:
+    """The columns an expectation judges (none: it judges the table)."""
+    kwargs = item.get("kwargs") or {}
+    found = {kwargs[k] for k in ("column", "column_A", "column_B") if isinstance(kwargs.get(k), str)}
+    listed = kwargs.get("column_list")
+    return found | ({c for c in listed if isinstance(c, str)} if isinstance(listed, list) else set())
+
+
+def judges_change(item: dict[str, Any], columns: set[str] | None) -> bool:
+    """Whether an expectation can judge a change that sets ``columns`` (None: every column).
+
+    An expectation about columns the change leaves as they were in ``main`` judges values
+    that were there before it: its verdict is not the change's.
+    """
+    judged = _columns_of(item)
+    return columns is None or not judged or bool(judged & columns)
 
 
 # Expectations whose verdict depends on rows outside the change.
@@ -231,7 +269,9 @@ def _unique_column_sets(suite: dict[str, Any]) -> list[list[str]]:
     return sets
 
 
-def change_frame(main: Location, version: int, staging: Location, suite: dict[str, Any]) -> pd.DataFrame:
+def change_frame(
+    main: Location, version: int, staging: Location, suite: dict[str, Any], touched: set[str] | None = None
+) -> pd.DataFrame:
     """What GX must see to judge a staged change against ``main`` as of ``version``.
 
     That is every staged row as it would be after the merge (deletes left out), plus -
@@ -241,6 +281,8 @@ def change_frame(main: Location, version: int, staging: Location, suite: dict[st
     those rows reach pandas. When the staged values of those columns are few, they are
     also spelled as ``IN`` lists, which DuckDB pushes into its scan of ``main`` (files and
     row groups skipped by their statistics) - a small change does not read all of main.
+    ``touched``: the columns the change sets (``touched_columns``; None: all); uniqueness
+    of columns it leaves as they were needs no rows of main.
     """
     from core import reads
 
@@ -250,7 +292,7 @@ def change_frame(main: Location, version: int, staging: Location, suite: dict[st
     params: list[Any] = [str(staging)]
     sql = staged
     known = set(columns)
-    sets = [s for s in _unique_column_sets(suite) if set(s) <= known]
+    sets = [s for s in _unique_column_sets(suite) if set(s) <= known and (touched is None or set(s) & touched)]
     if sets:
         matches = " OR ".join(
             "EXISTS (SELECT 1 FROM s WHERE " + " AND ".join(f"s.{q(c)} = m.{q(c)}" for c in cols) + ")" for cols in sets
@@ -398,14 +440,40 @@ def _build_judge(suite: dict[str, Any]) -> _Judge:
     return _Judge(batch=batch, suite=gx_suite, lock=threading.Lock())
 
 
+def _narrowed(judge: _Judge, suite: dict[str, Any], columns: set[str] | None) -> tuple[Any, int]:
+    """The judge's GX suite with only the expectations that judge ``columns``, and how many were left out.
+
+    Built from copies of the judge's expectations (GX keeps them in the suite's order), so
+    a narrowed run costs no new GX context: GX's per-expectation work is most of a small
+    change's validation (profiled: 136 ms for 29 expectations on 5 rows, 10 ms for 2).
+    """
+    import copy
+
+    from great_expectations.core import ExpectationSuite
+
+    items = suite.get("expectations", [])
+    keep = [judges_change(item, columns) for item in items]
+    if all(keep) or len(items) != len(judge.suite.expectations):
+        return judge.suite, 0
+    kept = [copy.copy(e) for e, k in zip(judge.suite.expectations, keep, strict=True) if k]
+    return ExpectationSuite(name=judge.suite.name, expectations=kept), keep.count(False)
+
+
 def validate_frame(
-    frame: pd.DataFrame, suite: dict[str, Any], layout: DatasetLayout, *, version: int | None = None
+    frame: pd.DataFrame,
+    suite: dict[str, Any],
+    layout: DatasetLayout,
+    *,
+    version: int | None = None,
+    columns: set[str] | None = None,
 ) -> ValidationRun:
     """Run ``suite`` on ``frame`` and store summary.json and full.json under audit/.
 
     Status is ``failed`` if any critical expectation fails, else ``warning`` if any
     warning fails, else ``passed``. The GX objects for a suite are built once per process
     (``_judge_for``); each run validates through GX's ``Validator``, which keeps nothing.
+    ``columns``: the columns a change sets; expectations that judge only other columns
+    are left out (``judges_change``) and counted as ``skipped``. None: every expectation.
     """
     import pandas as pd
     from great_expectations.core.run_identifier import RunIdentifier
@@ -415,9 +483,10 @@ def validate_frame(
     run_id = new_id("run")
     digest = suite_digest(suite)
     judge = _judge_for(layout, suite, digest)
+    judged, skipped = _narrowed(judge, suite, columns)
     with judge.lock, pd.option_context("mode.string_storage", "pyarrow"):
         validator = Validator(batch_definition=judge.batch, batch_parameters={"dataframe": frame})
-        result = validator.validate_expectation_suite(judge.suite)
+        result = validator.validate_expectation_suite(judged)
     result.meta["run_id"] = RunIdentifier(run_name=run_id, run_time=utcnow())
 
     failures: list[Failure] = []
@@ -459,6 +528,7 @@ def validate_frame(
         version=version,
         suite_digest=digest,
         checks=checks,
+        skipped=skipped,
     )
 
     metrics.validation_run(status, [(c.severity, c.success) for c in checks])

@@ -214,3 +214,52 @@ def dataset_layout_main() -> Path:
     from core.datasets import layout_for
 
     return layout_for(demo.DEMO_PROJECT, demo.DEMO_DATASET).main
+
+
+def test_a_request_is_judged_by_the_rules_about_what_it_changes(catalog, spark) -> None:  # type: ignore[no-untyped-def]
+    """A rule that main already breaks on a column a request leaves alone is not that request's verdict."""
+    from core import change_requests, demo, merge, sessions
+    from core.auth import get_user
+    from core.datasets import layout_for
+
+    demo.seed_demo(catalog, rows=300)
+    editor, approver = get_user(catalog, "editor"), get_user(catalog, "approver")
+    layout = layout_for(demo.DEMO_PROJECT, demo.DEMO_DATASET)
+    suite = validation.load_suite(layout)
+    strict = {"type": "expect_column_values_to_be_between", "kwargs": {"column": "orders", "max_value": 0}}
+    validation.save_suite(layout, {**suite, "expectations": [*suite["expectations"], {**strict, "severity": "critical"}]})
+    broken = reads.cursor().execute("SELECT count(*) FROM delta_scan(?) WHERE orders > 0", [str(layout.main)]).fetchone()
+    assert broken is not None and broken[0] > 0  # main breaks the new rule already
+    first, second = (str(r) for r in reads.read_page(layout.main, limit=2).rows["row_id"])
+
+    def submit(column: str, value: str) -> change_requests.ChangeRequest:
+        session = sessions.open_session(catalog, demo.DEMO_PROJECT, demo.DEMO_DATASET, actor=editor)
+        sessions.apply_edits(catalog, session.session_id, [sessions.SetCell(first, column, value)], actor=editor)
+        return change_requests.submit_change_request(catalog, session.session_id, actor=editor, title=column)
+
+    # A new city: the orders rule, and every other rule about columns it keeps, is not run.
+    cr = submit("city", "Nowhere")
+    run = change_requests.validation_for(catalog, cr.id, actor=editor)
+    assert run is not None and (cr.validation_status, run.status) == ("passed", "passed")
+    assert {c.column for c in run.checks} <= {"city", None, "row_id"} and run.skipped > 0
+    assert run.evaluated + run.skipped == len(rules.active_suite(validation.load_suite(layout))["expectations"])
+    merged = merge.approve_change_request(catalog, cr.id, actor=approver)
+    assert merged.validation_run_id == run.run_id  # the approval's same question had the same answer
+    # New orders: the rule judges them, and blocks.
+    cr = submit("orders", "5")
+    run = change_requests.validation_for(catalog, cr.id, actor=editor)
+    assert run is not None and cr.validation_status == "failed"
+    assert ("orders", "expect_column_values_to_be_between", "critical") in {
+        (f.column, f.expectation, f.severity) for f in run.failures
+    }
+    # An added row carries every column: every rule judges it.
+    session = sessions.open_session(catalog, demo.DEMO_PROJECT, demo.DEMO_DATASET, actor=editor)
+    values = reads.cursor().execute(
+        "SELECT * EXCLUDE (row_id) FROM delta_scan(?) WHERE row_id = ?", [str(layout.main), second]
+    ).fetch_arrow_table().to_pylist()[0]
+    values["customer_id"] = 10**6
+    values["email"] = "new@example.com"
+    sessions.apply_edits(catalog, session.session_id, [sessions.AddRow(values)], actor=editor)
+    added = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="add")
+    run = change_requests.validation_for(catalog, added.id, actor=editor)
+    assert run is not None and run.skipped == 0

@@ -116,3 +116,32 @@ def test_default_suite_accepts_every_mapped_type_as_pandas_receives_it(layout) -
     ).to_pandas()
     run = validation.validate_frame(frame, validation.default_suite("t", columns), layout)
     assert (run.status, run.failures, run.evaluated) == ("passed", [], 7)  # 2 on row_id + 5 types
+
+
+def test_a_change_is_judged_only_by_the_expectations_about_its_columns(layout) -> None:  # type: ignore[no-untyped-def]
+    suite = validation.parse_suite(
+        {
+            "name": "people",
+            "expectations": [
+                {"type": "expect_column_values_to_be_between", "kwargs": {"column": "age", "max_value": 120}},
+                {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "name"}},
+                {"type": "expect_column_pair_values_to_be_equal", "kwargs": {"column_A": "name", "column_B": "age"}},
+                {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}},
+            ],
+        }
+    )
+    everything = validation.validate_frame(_frame(), suite, layout)
+    assert (everything.status, everything.evaluated, everything.skipped) == ("failed", 4, 0)
+    # Only the name changed: the age rule (which main's 200 breaks) is not the change's verdict.
+    names = validation.validate_frame(_frame(), suite, layout, columns={"name"})
+    assert (names.evaluated, names.skipped) == (3, 1)
+    assert "expect_column_values_to_be_between" not in {c.expectation for c in names.checks}
+    assert {f.expectation for f in names.failures} == {"expect_column_pair_values_to_be_equal"}
+    ages = validation.validate_frame(_frame(), suite, layout, columns={"age"})
+    assert (ages.evaluated, ages.skipped) == (3, 1) and "expect_column_values_to_be_between" in {
+        f.expectation for f in ages.failures
+    }
+    nothing = validation.validate_frame(_frame(), suite, layout, columns=set())
+    assert [c.expectation for c in nothing.checks] == ["expect_table_row_count_to_be_between"]
+    stored = validation.load_run(layout, names.run_id)
+    assert (stored.evaluated, stored.skipped, stored.suite_digest) == (3, 1, everything.suite_digest)

@@ -245,6 +245,7 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     demo_workspace: DemoWorkspace,
     new_page: Callable[[str], Page],
     settle: Settle,
+    shots: Path,
 ) -> None:
     page = new_page(review_server.url)
     sign_in(page, "editor", demo_workspace.passwords["editor"], settle)
@@ -315,6 +316,9 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     expect(failed).to_contain_text("plan matches ^(")
     expect(failed).to_contain_text('"platinum"')
     expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    checks.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "review_checks.png"))
 
     approve = page.get_by_role("button", name="Approve", exact=True)
     expect(approve).to_be_enabled()

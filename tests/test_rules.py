@@ -226,9 +226,14 @@ def test_a_request_is_judged_by_the_rules_about_what_it_changes(catalog, spark) 
     editor, approver = get_user(catalog, "editor"), get_user(catalog, "approver")
     layout = layout_for(demo.DEMO_PROJECT, demo.DEMO_DATASET)
     suite = validation.load_suite(layout)
-    strict = {"type": "expect_column_values_to_be_between", "kwargs": {"column": "orders", "max_value": 0}}
-    validation.save_suite(layout, {**suite, "expectations": [*suite["expectations"], {**strict, "severity": "critical"}]})
-    broken = reads.cursor().execute("SELECT count(*) FROM delta_scan(?) WHERE orders > 0", [str(layout.main)]).fetchone()
+    strict = {
+        "type": "expect_column_values_to_be_between",
+        "kwargs": {"column": "orders", "max_value": 0},
+        "severity": "critical",
+    }
+    validation.save_suite(layout, {**suite, "expectations": [*suite["expectations"], strict]})
+    main = str(layout.main)
+    broken = reads.cursor().execute("SELECT count(*) FROM delta_scan(?) WHERE orders > 0", [main]).fetchone()
     assert broken is not None and broken[0] > 0  # main breaks the new rule already
     first, second = (str(r) for r in reads.read_page(layout.main, limit=2).rows["row_id"])
 

@@ -316,9 +316,12 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     expect(failed).to_contain_text("plan matches ^(")
     expect(failed).to_contain_text('"platinum"')
     expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
+    viewport = page.viewport_size
     page.set_viewport_size({"width": 1400, "height": 1000})
     checks.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "review_checks.png"))
+    if viewport is not None:  # the Table page's grid below needs its columns on screen
+        page.set_viewport_size(viewport)
 
     approve = page.get_by_role("button", name="Approve", exact=True)
     expect(approve).to_be_enabled()

@@ -233,4 +233,10 @@ def canonical_text(
     row = reads.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text]).fetchone()
     if row is None or row[0] is None:
         raise _refuse(_as_text(value), column, row_id, f"is not a valid {duck_type} value")
-    return str(row[0])
+    shown = str(row[0])
+    # A float whose shortest text is the typed one may still print as another number
+    # (FLOAT 34000010 is stored as 34000008, and DuckDB prints that): what is shown is what lands.
+    if type_family(duck_type) == "float" and text.lower() not in _NON_FINITE and _decimal(shown) != _decimal(text):
+        why = f"has more digits than {duck_type} holds; it would become {shown}"
+        raise _refuse(_as_text(value), column, row_id, why)
+    return shown

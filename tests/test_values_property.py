@@ -94,6 +94,7 @@ def _stored(duck_type: str, canonical: str) -> Any:
 @example(text="2024-01-01 10:00")
 @example(text="2024-01-01T10:00:00+02:00")
 @example(text="1.005")
+@example(text="34000010")  # FLOAT: numpy's shortest text, but stored (and printed) as 34000008
 def test_a_typed_string_round_trips_exactly_or_is_refused(duck_type: str, text: str) -> None:
     try:
         canonical = canonical_text(text, column="c", duck_type=duck_type)

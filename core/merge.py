@@ -342,13 +342,14 @@ SMALL_MERGE_CONFS = {
 # A small MERGE rewrites the files it touches instead of writing deletion vectors when they
 # hold at most this many main files' worth of bytes (engine.MAIN_FILE_BYTES each), so a
 # rewrite re-encodes a few MB at most; more (scattered rows, or the big files of a table
-# written before main was clustered), and the vectors cost less. Profiled job by job on the 1M-row bench table
-# (Oreo's layout): a 5-row update with vectors runs 12 Spark jobs (3 find the touched file, 2
-# write the updated rows, 7 write the vector and its index) and is busy only 0.5 s of its
-# 1.5 s, the rest being the driver between jobs; rewriting runs 5. Interleaved on a quiet
-# machine, same process: 683 ms rewriting against 977 ms with vectors (medians of 8). Under
-# a load of 12-30 the CPU-bound rewrite only drew level (5 of 10 pairs), which is why it is
-# kept to few files. DuckDB finds the touched files (about 25 ms, by row_id statistics).
+# written before main was clustered), and the vectors cost less. Profiled job by job on the
+# 1M-row bench table (Oreo's layout): a 5-row update with vectors runs 12 Spark jobs (3 find
+# the touched file, 2 write the updated rows, 7 write the vector and its index) and is busy
+# only 0.5 s of its 1.5 s, the rest being the driver between jobs; rewriting runs 5.
+# Interleaved on a quiet machine, same process: 1,147 ms rewriting against 1,619 ms with
+# vectors (2 MiB files, medians of 12). Under a load of 12-30 the CPU-bound rewrite only drew
+# level (5 of 10 pairs), which is why it is kept to few files. DuckDB finds the touched
+# files (about 25 ms, by row_id statistics).
 REWRITE_MAX_FILES = 2
 DELETION_VECTORS_CONF = "spark.databricks.delta.merge.deletionVectors.persistent"
 
@@ -378,22 +379,27 @@ def _small_source(staging: Location) -> _Staged:
     return _Staged(ops={str(r[0]) for r in reads.cursor().execute(query, [str(staging)]).fetchall()})
 
 
-def _touched_bytes(main: Location, version: int, row_ids: list[str]) -> int | None:
+def _touched_bytes(main: Location, version: int, row_ids: list[str], *, stop_above: int | None = None) -> int | None:
     """The size of ``main``'s files that hold any of ``row_ids`` (DuckDB skips the others by their statistics).
 
-    None when DuckDB cannot read the table or a file's size: the MERGE then keeps its
-    deletion vectors.
+    With ``stop_above``, sizes stop being added (one request each on an object store) once
+    the total passes it. None when DuckDB cannot read the table or a file's size: the
+    MERGE then keeps its deletion vectors.
     """
     if not row_ids:
         return 0
     marks = ", ".join("?" for _ in row_ids)
     scan = "delta_scan(?, version => ?, filename => true)"
     sql = f"SELECT DISTINCT filename FROM {scan} WHERE row_id IN ({marks})"
+    total = 0
     try:
-        files = [str(r[0]) for r in reads.cursor().execute(sql, [str(main), int(version), *row_ids]).fetchall()]
-        return sum(location(f).stat().st_size for f in files)
+        for (name,) in reads.cursor().execute(sql, [str(main), int(version), *row_ids]).fetchall():
+            total += location(str(name)).stat().st_size
+            if stop_above is not None and total > stop_above:
+                break
     except (duckdb.Error, OSError):
         return None
+    return total
 
 
 def _merge_once(
@@ -430,8 +436,9 @@ def merge_staged(
     small = staged.rows is not None
     confs = dict(SMALL_MERGE_CONFS) if small else None
     if confs is not None:
-        touched = _touched_bytes(main, version, staged.row_ids or [])
-        if touched is not None and touched <= REWRITE_MAX_FILES * engine.MAIN_FILE_BYTES:
+        limit = REWRITE_MAX_FILES * engine.MAIN_FILE_BYTES
+        touched = _touched_bytes(main, version, staged.row_ids or [], stop_above=limit)
+        if touched is not None and touched <= limit:
             confs[DELETION_VECTORS_CONF] = "false"
     with engine.dml_session(commit, txn=txn, confs=confs) as spark:
         view = None

@@ -345,6 +345,9 @@ def test_a_merge_touching_few_files_rewrites_them_and_more_write_deletion_vector
     spread = [low for low, _, _ in _row_id_ranges(people)[2 : merge.REWRITE_MAX_FILES + 4]]
     spread_bytes = merge._touched_bytes(people, engine.latest_version(people), spread)
     assert spread_bytes is not None and spread_bytes > merge.REWRITE_MAX_FILES * engine.MAIN_FILE_BYTES
+    # Past its limit it stops asking for sizes (one request each on an object store).
+    partial = merge._touched_bytes(people, engine.latest_version(people), spread, stop_above=1)
+    assert partial is not None and 1 < partial < spread_bytes
     metrics = _approve_edit(catalog, spread, "vectors")
     assert int(metrics["numTargetRowsUpdated"]) == len(spread)
     assert int(metrics["numTargetDeletionVectorsAdded"]) == len(spread)

@@ -396,10 +396,19 @@ def _write_main(layout: DatasetLayout, converted: Location, commit: engine.Commi
     props = engine.main_table_properties_sql()
     # Written clustered by row_id, in files of about engine.MAIN_FILE_BYTES: a small MERGE then
     # skips every file whose row_id range cannot hold its rows. The file is split in order into
-    # that many read tasks, each writing one main file of a contiguous row_id range.
+    # a few read tasks (as many as the engine runs at once), each rolling over to a new main
+    # file every so many rows, so each file holds a contiguous row_id range. One task per file
+    # cost more: 1M rows in 30 files took 4.9-5.7 s that way, 3.4-4.8 s from 4 tasks.
     size = converted.stat().st_size
-    split = max(1, size // engine.main_file_count(size))
-    confs = {"spark.sql.files.maxPartitionBytes": str(split), "spark.sql.files.openCostInBytes": "0"}
+    files = engine.main_file_count(size)
+    tasks = max(1, min(files, get_settings().spark_shuffle_partitions))
+    where, filesystem = arrow_target(converted)
+    rows = pq.read_metadata(where, filesystem=filesystem).num_rows
+    confs = {
+        "spark.sql.files.maxPartitionBytes": str(max(1, -(-size // tasks))),
+        "spark.sql.files.openCostInBytes": "0",
+        "spark.sql.files.maxRecordsPerFile": str(max(1, -(-rows // files))),
+    }
     try:
         with engine.dml_session(commit, confs=confs) as spark:
             spark.read.parquet(spark_uri(converted)).createOrReplaceTempView(view)

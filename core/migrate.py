@@ -581,10 +581,12 @@ def _arrow_types(c: _PgColumn) -> tuple[pa.DataType, pa.DataType]:
 def _pg_epoch_us(e: sql.Composable) -> sql.Composable:
     from psycopg import sql
 
-    # Whole seconds and the microseconds within them are exact even where extract() returns double (PG 13).
+    # Whole seconds and the microseconds within them are exact in a double (date_part's type): a
+    # double holds every integer up to 2**53. extract() returns numeric from PostgreSQL 14 on, which
+    # cost more (summing this over 1M timestamps in PostgreSQL 15: 425 ms with extract, 299 ms).
     return sql.SQL(
-        "(extract(epoch FROM date_trunc('second', {e}))::bigint * 1000000"
-        " + extract(microseconds FROM {e})::bigint % 1000000)"
+        "(date_part('epoch', date_trunc('second', {e}))::bigint * 1000000"
+        " + date_part('microseconds', {e})::bigint % 1000000)"
     ).format(e=e)
 
 
@@ -1227,6 +1229,14 @@ def _duck_text(column: _Column, e: str) -> str:
         return f"CAST(epoch_us({e}) AS VARCHAR)"
     if kind == "binary":
         return f"hex({e})"
+    found = re.fullmatch(r"DECIMAL\((\d+),(\d+)\)", column.duck_type)
+    if found is not None and int(found.group(1)) > _MAX_SUMMED_DECIMAL and int(found.group(2)) < _MAX_SUMMED_DECIMAL:
+        # A wide decimal prints four times as fast through an 18-digit one when its value fits
+        # (1M DECIMAL(38,4) values: 211 ms against 48 ms), with the same scale and so the same text.
+        scale = int(found.group(2))
+        fits = "9" * (_MAX_SUMMED_DECIMAL - scale) + ("." + "9" * scale if scale else "")
+        narrow = f"CAST(CAST({e} AS DECIMAL({_MAX_SUMMED_DECIMAL},{scale})) AS VARCHAR)"
+        return f"CASE WHEN {e} BETWEEN -{fits} AND {fits} THEN {narrow} ELSE CAST({e} AS VARCHAR) END"
     # Integers, decimals (always printed with their scale), true/false, text.
     return f"CAST({e} AS VARCHAR)"
 

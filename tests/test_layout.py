@@ -11,6 +11,7 @@ import pytest
 from core import change_requests, engine, maintenance, merge, reads, sessions
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog
+from core.config import get_settings
 from core.datasets import create_dataset, layout_for, sync_dataset
 from core.errors import EngineError, InvalidInput
 from core.layout import (
@@ -270,6 +271,13 @@ def test_main_is_written_in_sorted_row_id_ranges_that_every_reader_reads(people:
     assert len(ranges) >= 3, ranges
     assert _disjoint(ranges), ranges
     assert sum(r[2] for r in ranges) == 3000
+    # A few read tasks roll over to a new file every so many rows: the files are main-sized,
+    # more of them than the tasks that wrote them.
+    (converted,) = people.parent.glob("imports/*/converted.parquet")
+    files = engine.main_file_count(converted.stat().st_size)
+    assert files > get_settings().spark_shuffle_partitions
+    assert files <= len(ranges) <= files + get_settings().spark_shuffle_partitions, ranges
+    assert max(r[2] for r in ranges) <= -(-3000 // files), ranges
     for uri in DeltaTable(str(people)).file_uris():
         ids = pq.read_table(uri.removeprefix("file://"), columns=["row_id"]).column("row_id").to_pylist()
         assert ids == sorted(ids)

@@ -159,8 +159,8 @@ def _run(config: BenchConfig, dsn: str) -> WorkloadResult:
                 query = sql.SQL(
                     "COPY (SELECT id, visits, balance, ratio::numeric(38,4), score, active, name, code, "
                     "born - DATE '1970-01-01', "
-                    "(extract(epoch FROM date_trunc('second', seen))::bigint * 1000000"
-                    " + extract(microseconds FROM seen)::bigint % 1000000) FROM customers) TO STDOUT (FORMAT csv)"
+                    "(date_part('epoch', date_trunc('second', seen))::bigint * 1000000"
+                    " + date_part('microseconds', seen)::bigint % 1000000) FROM customers) TO STDOUT (FORMAT csv)"
                 )
                 with (folder / "copy.csv").open("wb") as out, conn.cursor().copy(query) as copy:
                     for chunk in copy:

@@ -333,29 +333,53 @@ def cr_show(
     return _document(doc)
 
 
-class ApproveBody(_Body):
+class _Reviewed(_Body):
+    """The revision the caller reviewed (``revision``, ``digest`` as ``GET /change-requests/{id}`` shows them).
+
+    Both optional, as the head SHA of GitHub's merge API is: without them the current
+    revision is decided on and the answer names it; with them a request that moved on is
+    refused with 409.
+    """
+
+    revision: int | None = Field(default=None, ge=1)
+    digest: str | None = Field(default=None, max_length=64)
+
+
+class ApproveBody(_Reviewed):
     comment: str | None = None
 
 
 @router.post("/change-requests/{cr_id}/approve", tags=["change requests"])
 def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
     """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
-    comment = body.comment if body is not None else None
+    body = body or ApproveBody()
     catalog = _catalog()
 
     def work() -> tuple[int, dict[str, Any]]:
-        return 200, documents.approve_doc(merge.approve_change_request(catalog, cr_id, actor=user, comment=comment))
+        merged = merge.approve_change_request(
+            catalog,
+            cr_id,
+            actor=user,
+            comment=body.comment,
+            expected_revision=body.revision,
+            expected_digest=body.digest,
+        )
+        return 200, documents.approve_doc(merged)
 
-    return _act(request, user, "approve", {"comment": comment}, work, can_async=True)
+    # The revision and digest count for the Idempotency-Key only when given: a key's hash stays what it was.
+    reviewed = body.model_dump(exclude_none=True, include={"revision", "digest"})
+    return _act(request, user, "approve", {"comment": body.comment, **reviewed}, work, can_async=True)
 
 
-class ReasonBody(_Body):
+class ReasonBody(_Reviewed):
     reason: str
 
 
 @router.post("/change-requests/{cr_id}/reject", tags=["change requests"])
 def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
-    cr = change_requests.reject_change_request(_catalog(), cr_id, actor=user, reason=body.reason)
+    cr = change_requests.reject_change_request(
+        _catalog(), cr_id, actor=user, reason=body.reason, expected_revision=body.revision, expected_digest=body.digest
+    )
     return documents.state_doc(cr)
 
 
@@ -366,8 +390,10 @@ def cr_withdraw(cr_id: str, user: Caller) -> dict[str, Any]:
 
 @router.post("/change-requests/{cr_id}/request-changes", tags=["change requests"])
 def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
-    cr = change_requests.request_changes(_catalog(), cr_id, body.reason, actor=user)
-    return {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision}
+    cr = change_requests.request_changes(
+        _catalog(), cr_id, body.reason, actor=user, expected_revision=body.revision, expected_digest=body.digest
+    )
+    return documents.changes_requested_doc(cr)
 
 
 @router.post("/change-requests/{cr_id}/revise", tags=["change requests"])

@@ -62,6 +62,7 @@ class Approval:
     title: str
     approver: str
     started: float
+    revision: int | None = None  # the revision the approver saw and asked to merge
     stages: tuple[StageRun, ...] = ()
     fraction: float = 0.0
     message: str = "Starting"
@@ -104,11 +105,12 @@ def approvals() -> list[Approval]:
 
 
 def start_approval(catalog: Catalog, record: ChangeRequest, *, actor: User, comment: str | None = None) -> Approval:
-    """Approve ``record`` in a server-owned thread; returns at once.
+    """Approve ``record`` - the revision (and digest) it holds, as the approver saw it - in a server-owned thread.
 
-    If an approval of the same request already runs in this process (a double click,
-    a second tab, another approver), that one is returned and no second one starts.
-    Core checks (role, four-eyes, state) run in the thread; their refusal is the outcome.
+    Returns at once. If an approval of the same request already runs in this process (a
+    double click, a second tab, another approver), that one is returned and no second one
+    starts. Core checks (role, four-eyes, state, that the request is still at
+    ``record.revision``) run in the thread; their refusal is the outcome.
     """
     with _lock:
         _forget_old()
@@ -122,10 +124,12 @@ def start_approval(catalog: Catalog, record: ChangeRequest, *, actor: User, comm
             title=record.title,
             approver=actor.username,
             started=time.monotonic(),
+            revision=record.revision,
         )
         _approvals[record.id] = job
+    reviewed = (record.revision, record.digest)
     thread = threading.Thread(
-        target=_run, args=(catalog, record.id, actor, comment), name=f"oreo-approve-{record.id}", daemon=True
+        target=_run, args=(catalog, record.id, actor, comment, reviewed), name=f"oreo-approve-{record.id}", daemon=True
     )
     thread.start()
     return job
@@ -138,7 +142,7 @@ def wait_for_change(cr_id: str, seen: Approval | None, *, timeout: float) -> App
         return _approvals.get(cr_id)
 
 
-def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None) -> None:
+def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None, reviewed: tuple[int, str | None]) -> None:
     def stage(name: str) -> None:
         now = time.monotonic()
         _update(cr_id, lambda a: replace(a, stages=(*_closed(a.stages, now), StageRun(name, now))))
@@ -148,7 +152,14 @@ def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None) -> None
 
     try:
         merged = merge.approve_change_request(
-            catalog, cr_id, actor=actor, comment=comment, stage=stage, progress=progress
+            catalog,
+            cr_id,
+            actor=actor,
+            comment=comment,
+            stage=stage,
+            progress=progress,
+            expected_revision=reviewed[0],
+            expected_digest=reviewed[1],
         )
     except OreoError as exc:
         _finish(cr_id, error=str(exc))

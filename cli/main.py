@@ -776,20 +776,32 @@ def cr_show(
     emit(doc, "\n".join(lines))
 
 
+RevisionOption = Annotated[
+    int | None,
+    typer.Option(
+        "--revision",
+        min=1,
+        help="The revision you reviewed (cr show); refused if the request has moved on. Default: the current one.",
+    ),
+]
+
+
 @cr_app.command("approve")
 def cr_approve(
     cr_id: str,
     as_user: Annotated[str, typer.Option("--as", help="The approving user (not the author).")],
     comment: Annotated[str | None, typer.Option(help="Closing comment.")] = None,
+    revision: RevisionOption = None,
 ) -> None:
     """Merge a change request into main (one Spark Delta MERGE)."""
     from core import merge
 
     catalog = _catalog()
-    cr = merge.approve_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), comment=comment)
+    actor = auth.get_user(catalog, as_user)
+    cr = merge.approve_change_request(catalog, cr_id, actor=actor, comment=comment, expected_revision=revision)
     emit(
         documents.approve_doc(cr),
-        f"change request {cr.id} merged as version {cr.merged_version}",
+        f"change request {cr.id} (revision {cr.revision}) merged as version {cr.merged_version}",
     )
 
 
@@ -798,11 +810,13 @@ def cr_reject(
     cr_id: str,
     as_user: Annotated[str, typer.Option("--as", help="The rejecting approver.")],
     reason: Annotated[str, typer.Option(help="Why (shown to the author).")],
+    revision: RevisionOption = None,
 ) -> None:
     """Reject a change request; main is untouched."""
     catalog = _catalog()
-    cr = change_requests.reject_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user), reason=reason)
-    emit(documents.state_doc(cr), f"change request {cr.id} rejected")
+    actor = auth.get_user(catalog, as_user)
+    cr = change_requests.reject_change_request(catalog, cr_id, actor=actor, reason=reason, expected_revision=revision)
+    emit(documents.state_doc(cr), f"change request {cr.id} (revision {cr.revision}) rejected")
 
 
 @cr_app.command("withdraw")
@@ -873,14 +887,13 @@ def cr_request_changes(
     cr_id: str,
     as_user: Annotated[str, typer.Option("--as", help="The approver asking (not the author).")],
     reason: Annotated[str, typer.Option("--reason", help="What to change (shown to the author).")],
+    revision: RevisionOption = None,
 ) -> None:
     """Send an open change request back to its author with a reason; they revise it."""
     catalog = _catalog()
-    cr = change_requests.request_changes(catalog, cr_id, reason, actor=auth.get_user(catalog, as_user))
-    emit(
-        {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision},
-        f"changes requested on change request {cr.id} (revision {cr.revision})",
-    )
+    actor = auth.get_user(catalog, as_user)
+    cr = change_requests.request_changes(catalog, cr_id, reason, actor=actor, expected_revision=revision)
+    emit(documents.changes_requested_doc(cr), f"changes requested on change request {cr.id} (revision {cr.revision})")
 
 
 @cr_app.command("revise")

@@ -151,6 +151,8 @@ class ChangeRequestRow(Base):
     stages: Mapped[str | None] = mapped_column(Text, nullable=True)
     # 1 at submit; each ``revise`` after changes were requested adds one (``CRRevisionRow``).
     revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # The current revision's ``CRRevisionRow.digest`` (NULL for requests staged before 0016).
+    digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class CRRevisionRow(Base):
@@ -168,6 +170,8 @@ class CRRevisionRow(Base):
     validation_run_id: Mapped[str | None] = mapped_column(String(63), nullable=True)
     validation_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
     base_version: Mapped[int] = mapped_column(Integer)
+    # sha256 of the staged content (``core.change_requests.staging_digest``); NULL before 0016.
+    digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class CommentRow(Base):

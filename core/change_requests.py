@@ -29,6 +29,7 @@ at one cell of the diff (row and column) and, like the audit log, are append-onl
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -39,11 +40,11 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from core import audit, diff, disk, engine, metrics, notify, reads, sessions, validation
+from core import audit, diff, disk, engine, metrics, notify, reads, sessions, storage, validation
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
-from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied, StaleRevision
 from core.layout import DatasetLayout, new_id, validate_id
 from core.schema import SchemaChange
 from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
@@ -147,6 +148,8 @@ class ChangeRequest:
     schema_changes: tuple[SchemaChange, ...] = ()
     stages: list[StageTiming] = field(default_factory=list)
     revision: int = 1
+    # A digest of the current revision's staged content (``staging_digest``); None if staged before it was kept.
+    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ class Revision:
     validation_run_id: str | None
     validation_status: str | None
     base_version: int
+    digest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +194,7 @@ class Revision:
             "validation_run_id": self.validation_run_id,
             "validation_status": self.validation_status,
             "base_version": self.base_version,
+            "digest": self.digest,
         }
 
 
@@ -266,12 +271,81 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
         schema_changes=tuple(SchemaChange.from_json(c) for c in json.loads(row.schema_changes or "[]")),
         stages=[StageTiming.from_json(t) for t in json.loads(row.stages or "[]")],
         revision=row.revision or 1,
+        digest=row.digest,
     )
 
 
 def staging_path(layout: DatasetLayout, record: ChangeRequest) -> Location:
     """The staging table of a request's current revision: every reader of staged rows goes through here."""
     return layout.staging(record.id, record.revision)
+
+
+def staging_digest(staging: Location) -> str:
+    """A sha256 of a staging table's content: its Delta table id and the data files of its snapshot.
+
+    Every Delta write names its files afresh (a UUID in each name) and every new table gets a
+    new id, so restaging anything changes the digest. It reads only the table's JSON log (one
+    small file for a staging table), so it costs milliseconds whatever the rows.
+    """
+    table_id = ""
+    files: dict[str, int] = {}
+    for commit in storage.glob(staging / "_delta_log", "*.json"):
+        for line in storage.read_text(commit).splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "metaData" in action:
+                table_id = str(action["metaData"].get("id", ""))
+            elif "add" in action:
+                files[action["add"]["path"]] = int(action["add"].get("size") or 0)
+            elif "remove" in action:
+                files.pop(action["remove"]["path"], None)
+    text = table_id + "\n" + "".join(f"{path}\t{size}\n" for path, size in sorted(files.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_WAITING = {CRState.CHANGES_REQUESTED: "waiting for its author's revision"}
+
+
+def check_reviewed(
+    record: ChangeRequest,
+    revision: int | None,
+    digest: str | None,
+    *,
+    states: frozenset[CRState] = frozenset({CRState.OPEN}),
+) -> None:
+    """Refuse a decision on a request that is no longer the revision its reviewer saw.
+
+    Args:
+        record: The request as it is now.
+        revision: The revision the reviewer was shown; None checks none.
+        digest: That revision's digest (``staging_digest``) as shown; None checks none. A request
+            staged before digests were kept (``record.digest`` None) is matched by revision alone.
+        states: The states the decision may be taken in.
+
+    Raises:
+        StaleRevision: The request was revised, re-staged, withdrawn or decided since.
+    """
+    if revision is None and digest is None:
+        return
+    seen = f"revision {revision}" if revision is not None else "the revision"
+    moved = revision is not None and revision != record.revision
+    if record.state not in states and not (moved and record.state in IN_REVIEW):
+        state = _WAITING.get(record.state, record.state.value)
+        raise StaleRevision(
+            f"change request {record.id} is {state} now, not open as when you reviewed {seen}: reload it",
+            cr_id=record.id, state=record.state.value, revision=record.revision, reviewed=revision,
+        )  # fmt: skip
+    if moved:
+        raise StaleRevision(
+            f"change request {record.id} is at revision {record.revision} now, not revision {revision} "
+            "that you reviewed: reload it and review again",
+            cr_id=record.id, state=record.state.value, revision=record.revision, reviewed=revision,
+        )  # fmt: skip
+    if digest is not None and record.digest is not None and digest != record.digest:
+        raise StaleRevision(
+            f"change request {record.id} revision {record.revision} was staged again since you reviewed it "
+            f"(content {record.digest[:12]} now, not {digest[:12]}): reload it and review again",
+            cr_id=record.id, state=record.state.value, revision=record.revision, reviewed=revision,
+        )  # fmt: skip
 
 
 def _write_staging(
@@ -478,6 +552,7 @@ def record_change_request(
         clock.start("checks")
         if run is None:
             run = validate_change_request(layout, dataset, staging)
+        digest = staging_digest(staging)
         stages = clock.timings()
         with catalog.session() as s:
             row = ChangeRequestRow(
@@ -498,10 +573,11 @@ def record_change_request(
                 upload_id=upload_id,
                 schema_changes=json.dumps([c.to_json() for c in schema_changes]) if schema_changes else None,
                 stages=stages_json(stages),
+                digest=digest,
             )
             s.add(row)
             s.flush()
-            s.add(_revision_row(cr_id, 1, rows, cells, run, base_version))
+            s.add(_revision_row(cr_id, 1, rows, cells, run, base_version, digest))
             audit.record(
                 s,
                 ChangeRequestSubmitted(
@@ -526,7 +602,13 @@ def record_change_request(
 
 
 def _revision_row(
-    cr_id: str, revision: int, rows: int, cells: int, run: validation.ValidationRun, base_version: int
+    cr_id: str,
+    revision: int,
+    rows: int,
+    cells: int,
+    run: validation.ValidationRun,
+    base_version: int,
+    digest: str,
 ) -> CRRevisionRow:
     return CRRevisionRow(
         cr_id=cr_id,
@@ -537,6 +619,7 @@ def _revision_row(
         validation_run_id=run.run_id,
         validation_status=run.status,
         base_version=base_version,
+        digest=digest,
     )
 
 
@@ -750,11 +833,21 @@ def list_change_requests(
         return [record_from_row(r) for r in s.scalars(query) if r.project_id in visible]
 
 
-def _close(catalog: Catalog, cr_id: str, to: CRState, *, actor: User, reason: str | None) -> ChangeRequest:
+def _close(
+    catalog: Catalog,
+    cr_id: str,
+    to: CRState,
+    *,
+    actor: User,
+    reason: str | None,
+    reviewed: tuple[int | None, str | None] = (None, None),
+) -> ChangeRequest:
+    """Move a request to a closed state; ``reviewed`` (revision, digest) is checked in the same transaction."""
     with catalog.session() as s:
-        row = s.get(ChangeRequestRow, cr_id)
+        row = s.get(ChangeRequestRow, cr_id, with_for_update=True)
         if row is None:
             raise NotFound(f"unknown change request {cr_id!r}", kind="change request", ident=cr_id)
+        check_reviewed(record_from_row(row), *reviewed, states=IN_REVIEW)
         current = CRState(row.state)
         if to not in _TRANSITIONS.get(current, set()):
             raise ConflictError(f"change request {cr_id} is {current.value}; it cannot become {to.value}")
@@ -801,13 +894,31 @@ def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> Cha
     return _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=None)
 
 
-def reject_change_request(catalog: Catalog, cr_id: str, *, actor: User, reason: str) -> ChangeRequest:
-    """An approver rejects an open request; its staging table is deleted, ``main`` untouched."""
+def reject_change_request(
+    catalog: Catalog,
+    cr_id: str,
+    *,
+    actor: User,
+    reason: str,
+    expected_revision: int | None = None,
+    expected_digest: str | None = None,
+) -> ChangeRequest:
+    """An approver rejects a request in review; its staging tables are deleted, ``main`` untouched.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an approver of the project.
+        InvalidInput: No reason.
+        StaleRevision: The request is not the revision (``expected_revision``, ``expected_digest``)
+            the approver reviewed any more (``check_reviewed``).
+        ConflictError: The request is closed.
+    """
     record = get_change_request(catalog, cr_id, actor=actor)
     require_role(catalog, actor, record.project_id, Role.APPROVER, action="reject a change request")
+    check_reviewed(record, expected_revision, expected_digest, states=IN_REVIEW)
     if not reason or not reason.strip():
         raise InvalidInput("a reason is required to reject a change request", field="reason")
-    return _close(catalog, cr_id, CRState.REJECTED, actor=actor, reason=reason.strip())
+    reviewed = (expected_revision, expected_digest)
+    return _close(catalog, cr_id, CRState.REJECTED, actor=actor, reason=reason.strip(), reviewed=reviewed)
 
 
 def add_comment(
@@ -886,7 +997,14 @@ def revisions(catalog: Catalog, cr_id: str, *, actor: User) -> list[Revision]:
         rows = s.scalars(select(CRRevisionRow).where(CRRevisionRow.cr_id == cr_id).order_by(CRRevisionRow.revision))
         return [
             Revision(
-                r.revision, r.staged_at, r.rows, r.cells, r.validation_run_id, r.validation_status, r.base_version
+                r.revision,
+                r.staged_at,
+                r.rows,
+                r.cells,
+                r.validation_run_id,
+                r.validation_status,
+                r.base_version,
+                r.digest,
             )
             for r in rows
         ]
@@ -932,14 +1050,25 @@ IMPORT_NOT_REVISABLE = (
 )
 
 
-def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -> ChangeRequest:
+def request_changes(
+    catalog: Catalog,
+    cr_id: str,
+    reason: str,
+    *,
+    actor: User,
+    expected_revision: int | None = None,
+    expected_digest: str | None = None,
+) -> ChangeRequest:
     """An approver (not the author) sends an open request back to its author, with a reason.
 
     The reason goes into the thread; the request's session can be edited again (``revise``).
+    ``expected_revision`` and ``expected_digest``: the revision the approver reviewed (see
+    ``check_reviewed``); checked again in the transaction that changes the state.
 
     Raises:
         PermissionDenied: ``actor`` is not an approver of the project, or wrote the request.
         InvalidInput: No reason.
+        StaleRevision: The request is not the revision the approver reviewed any more.
         ConflictError: The request is not open, or an approval of it is running or landed; an
             import request (it is revised by importing again: reject it with a reason).
     """
@@ -951,6 +1080,7 @@ def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -
         raise PermissionDenied(
             f"{actor.username!r} wrote change request {cr_id} and cannot request changes on it", user=actor.username
         )
+    check_reviewed(record, expected_revision, expected_digest)
     if record.kind == "import":
         raise ConflictError(IMPORT_NOT_REVISABLE.format(cr_id=cr_id) + "; reject it with a reason instead")
     if not reason or not reason.strip():
@@ -963,9 +1093,16 @@ def request_changes(catalog: Catalog, cr_id: str, reason: str, *, actor: User) -
         raise ConflictError(f"change request {cr_id} is being merged; changes can no longer be requested")
     reason = reason.strip()
     with catalog.session() as s:
-        row = s.get(ChangeRequestRow, cr_id)
-        if row is None or row.state != CRState.OPEN.value:
+        # The row lock orders this against an approval's check (``core.merge``), which runs
+        # holding the table's writer lease: whichever locks second sees the other's outcome.
+        row = s.get(ChangeRequestRow, cr_id, with_for_update=True)
+        if row is None:
             raise ConflictError(f"change request {cr_id} is no longer open")
+        check_reviewed(record_from_row(row), expected_revision, expected_digest)
+        if row.state != CRState.OPEN.value or row.revision != record.revision:
+            raise ConflictError(f"change request {cr_id} is no longer open")
+        if merge.merging_now(s, record):
+            raise ConflictError(f"change request {cr_id} is being merged; changes can no longer be requested")
         row.state = CRState.CHANGES_REQUESTED.value
         row.updated_at = utcnow()
         s.add(CommentRow(cr_id=cr_id, author=actor.username, body=reason, revision=record.revision))
@@ -1034,6 +1171,7 @@ def revise_change_request(
         _write_staging(location(dataset.path), staging, info.base_version, edits, commit)
         clock.start("checks")
         run = validate_change_request(layout, dataset, staging)
+        digest = staging_digest(staging)
         stages = clock.timings()
         with catalog.session() as s:
             row = s.get(ChangeRequestRow, cr_id)
@@ -1044,8 +1182,9 @@ def revise_change_request(
             row.rows, row.cells, row.base_version = rows, cells, info.base_version
             row.validation_run_id, row.validation_status = run.run_id, run.status
             row.stages = stages_json(stages)
+            row.digest = digest
             row.updated_at = utcnow()
-            s.add(_revision_row(cr_id, revision, rows, cells, run, info.base_version))
+            s.add(_revision_row(cr_id, revision, rows, cells, run, info.base_version, digest))
             audit.record(
                 s,
                 ChangeRequestRevised(

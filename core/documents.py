@@ -183,6 +183,7 @@ def cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
         "schema_changes": [c.to_json() for c in cr.schema_changes],
         "stages": [t.to_json() for t in cr.stages],
         "revision": cr.revision,
+        "digest": cr.digest,
     }
 
 
@@ -260,12 +261,18 @@ def row_diff_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None = Non
 
 
 def approve_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
-    return {"cr_id": cr.id, "state": cr.state.value, "version": cr.merged_version}
+    """The merged request, its new version and the revision that was merged."""
+    return {"cr_id": cr.id, "state": cr.state.value, "version": cr.merged_version, "revision": cr.revision}
 
 
 def state_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
     """Reject and withdraw: the request and its new state."""
     return {"cr_id": cr.id, "state": cr.state.value}
+
+
+def changes_requested_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
+    """Request changes: the request, its new state and the revision the changes were asked on."""
+    return {"cr_id": cr.id, "state": cr.state.value, "revision": cr.revision}
 
 
 def comment_doc(cr_id: str, comment: change_requests.Comment) -> dict[str, Any]:

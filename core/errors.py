@@ -13,6 +13,7 @@ one helper).
     │   └── InvalidFile             an uploaded/imported file cannot be read safely
     ├── ValidationFailed            data breaks a rule (duplicate keys, GX critical)
     ├── ConflictError               the operation collides with another change/state
+    │   └── StaleRevision           a decision names a revision of a request that moved on
     └── EngineError                 Spark, Delta or DuckDB failed underneath us
         ├── CatalogUnavailable      the catalog database cannot be reached (down, restarting)
         ├── OutOfSpace              the data volume is full; nothing was left half-written
@@ -94,6 +95,21 @@ class ValidationFailed(OreoError):
 
 class ConflictError(OreoError):
     """The operation collides with a concurrent change or the object's current state."""
+
+
+class StaleRevision(ConflictError):
+    """An approval, rejection or request for changes names a revision the request is no longer at.
+
+    ``revision`` is where the request is now (None once it is closed), ``reviewed`` the one the
+    caller saw; ``state`` is the request's state now.
+    """
+
+    def __init__(self, message: str, *, cr_id: str, state: str, revision: int | None, reviewed: int | None) -> None:
+        super().__init__(message)
+        self.cr_id = cr_id
+        self.state = state
+        self.revision = revision
+        self.reviewed = reviewed
 
 
 class EngineError(OreoError):

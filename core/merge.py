@@ -49,6 +49,7 @@ from typing import Any, Literal
 
 import duckdb
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from core import audit, disk, engine, metrics, notify, reads
@@ -62,6 +63,7 @@ from core.change_requests import (
     StageHook,
     StageTiming,
     Stopwatch,
+    check_reviewed,
     get_change_request,
     record_from_row,
     remove_leftovers,
@@ -521,6 +523,8 @@ def approve_change_request(
     comment: str | None = None,
     progress: Progress | None = None,
     stage: StageHook | None = None,
+    expected_revision: int | None = None,
+    expected_digest: str | None = None,
 ) -> ChangeRequest:
     """Merge an open change request into ``main`` (see the module docstring).
 
@@ -532,12 +536,20 @@ def approve_change_request(
         progress: Called with (fraction done, what is happening).
         stage: Called with ``conflicts``, ``checks``, ``merge`` and ``sync`` as each
             starts; their durations are appended to the request's ``stages``.
+        expected_revision: The revision the approver reviewed (as GitHub's merge takes the
+            head SHA it expects); None approves the current one, which the answer names.
+        expected_digest: That revision's digest as shown (``ChangeRequest.digest``).
+
+    Whatever revision is approved, it is checked again while the table's writer lease is
+    held, right before the MERGE: a request revised meanwhile is not merged.
 
     Returns:
-        The merged request, with ``merged_version``.
+        The merged request, with ``merged_version`` and the ``revision`` that was merged.
 
     Raises:
         PermissionDenied: Not an approver, or the author.
+        StaleRevision: The request is not at the expected revision (or digest) any more, or
+            was revised while this approval ran.
         ConflictError: The request is not open, or conflicts with newer commits.
         ValidationFailed: A critical expectation fails on the merged result.
         EngineError: Spark failed; ``main`` is unchanged and staging kept for a retry.
@@ -549,6 +561,7 @@ def approve_change_request(
             f"{actor.username!r} wrote change request {cr_id} and cannot approve it; another approver must",
             user=actor.username,
         )
+    check_reviewed(record, expected_revision, expected_digest)
     if record.state == CRState.CHANGES_REQUESTED:
         raise ConflictError(
             f"changes were requested on change request {cr_id}; it can be approved once its author revises it"
@@ -741,8 +754,26 @@ def _lease_name(cr_id: str) -> str:
     return f"the merge of {cr_id}"
 
 
+def merging_now(s: Session, record: ChangeRequest) -> bool:
+    """Whether an approval of ``record`` holds its table's writer lease, read in the caller's transaction ``s``."""
+    dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
+    if dataset is None or not dataset.writer or dataset.writer_until is None:
+        return False
+    return dataset.writer.startswith(_lease_name(record.id) + " by ") and dataset.writer_until > utcnow()
+
+
 def _record_approval_started(catalog: Catalog, record: ChangeRequest, actor: User) -> None:
+    """Check, holding the writer lease, that the request is still open at the revision being merged, and say so.
+
+    The row lock orders this against ``request_changes`` (which locks the row too, then
+    refuses while this approval holds the lease), so no revision can start between here
+    and the MERGE.
+    """
     with catalog.session() as s:
+        row = s.get(ChangeRequestRow, record.id, with_for_update=True)
+        if row is None:
+            raise NotFound(f"unknown change request {record.id!r}", kind="change request", ident=record.id)
+        check_reviewed(record_from_row(row), record.revision, record.digest)
         audit.record(
             s,
             ApprovalStarted(

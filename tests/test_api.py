@@ -340,7 +340,7 @@ def test_async_approve_answers_202_and_the_operation_ends_with_the_sync_document
             time.sleep(0.5)
         shown = c.get(f"/api/v1/change-requests/{cr_id}").json()
     assert polled["state"] == "succeeded", polled
-    assert polled["result"] == {"cr_id": cr_id, "state": "merged", "version": shown["merged_version"]}
+    assert polled["result"] == {"cr_id": cr_id, "state": "merged", "version": shown["merged_version"], "revision": 1}
     with server.client("ed") as c:  # another caller cannot see the operation
         assert c.get(location).status_code == 404
     assert _merge_commits(server, people, cr_id) == 1

@@ -84,7 +84,7 @@ def test_edit_submit_show_approve_round_trip(capsys, catalog: Catalog) -> None: 
     assert_one_error_line(own, "approver")
     approved = run(capsys, "--json", "cr", "approve", cr_id, "--as", "al", "--comment", "fine")
     assert approved.code == 0, approved.err
-    assert approved.json() == {"cr_id": cr_id, "state": "merged", "version": 1}
+    assert approved.json() == {"cr_id": cr_id, "state": "merged", "version": 1, "revision": 1}
     rows = reads.read_page(_main(), order_by="row_id", limit=10).rows
     assert list(rows["row_id"]) == ["1", "2", "4", "5", "9"] and int(rows["age"][1]) == 77
     assert_one_error_line(run(capsys, "--json", "cr", "approve", cr_id, "--as", "al"), "is merged")

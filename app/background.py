@@ -104,14 +104,26 @@ def approvals() -> list[Approval]:
         return sorted(_approvals.values(), key=lambda a: a.started)
 
 
-def start_approval(catalog: Catalog, record: ChangeRequest, *, actor: User, comment: str | None = None) -> Approval:
-    """Approve ``record`` - the revision (and digest) it holds, as the approver saw it - in a server-owned thread.
+def start_approval(
+    catalog: Catalog,
+    record: ChangeRequest,
+    *,
+    actor: User,
+    comment: str | None = None,
+    revision: int | None = None,
+    digest: str | None = None,
+) -> Approval:
+    """Approve ``record`` in a server-owned thread; returns at once.
 
-    Returns at once. If an approval of the same request already runs in this process (a
-    double click, a second tab, another approver), that one is returned and no second one
-    starts. Core checks (role, four-eyes, state, that the request is still at
-    ``record.revision``) run in the thread; their refusal is the outcome.
+    ``revision`` and ``digest``: what the approver was shown (default: ``record``'s own);
+    core refuses the approval if the request is not that revision any more. If an approval
+    of the same request already runs in this process (a double click, a second tab, another
+    approver), that one is returned and no second one starts. Core checks (role, four-eyes,
+    state, revision) run in the thread; their refusal is the outcome.
     """
+    if revision is None:
+        revision = record.revision
+        digest = record.digest if digest is None else digest
     with _lock:
         _forget_old()
         current = _approvals.get(record.id)
@@ -124,10 +136,10 @@ def start_approval(catalog: Catalog, record: ChangeRequest, *, actor: User, comm
             title=record.title,
             approver=actor.username,
             started=time.monotonic(),
-            revision=record.revision,
+            revision=revision,
         )
         _approvals[record.id] = job
-    reviewed = (record.revision, record.digest)
+    reviewed = (revision, digest)
     thread = threading.Thread(
         target=_run, args=(catalog, record.id, actor, comment, reviewed), name=f"oreo-approve-{record.id}", daemon=True
     )

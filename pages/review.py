@@ -2,9 +2,16 @@
 
 An open request can be approved, rejected or sent back with "Request changes" (a reason
 the author reads); one whose changes were requested waits for its author's revision.
+
+The address names the request shown (``?cr=<id>``): a link opens exactly that request, or
+says that it is no longer open, and never another one. Each decision carries the revision
+(and digest) the page showed when its button was clicked; core refuses it if the request
+moved on since.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 import streamlit as st
@@ -29,7 +36,9 @@ from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
 from core import auth, change_requests, datasets, imports, merge
 from core.change_requests import ChangeRequest, CRState
+from core.errors import OreoError
 
+PAGES = Path(__file__).resolve().parent
 user = require_user()
 st.title("Review")
 show_flash()
@@ -40,12 +49,31 @@ IMPORT_CHANGES = (
 )
 
 
+def decide(name: str, cr: ChangeRequest) -> None:
+    """Open dialog ``name`` on ``cr`` as the page showed it when the button was clicked: id, revision, digest.
+
+    A button's callback gets the arguments of the run that drew it, so a revision staged
+    since is not what the approver decides on: core refuses that decision instead.
+    """
+    open_dialog(name, (cr.id, cr.revision, cr.digest))
+
+
+def reviewed(name: str, cr: ChangeRequest) -> tuple[int, str | None] | None:
+    """The (revision, digest) dialog ``name`` was opened on, if it is open on ``cr``."""
+    value = dialog_value(name)
+    if isinstance(value, tuple) and len(value) == 3 and value[0] == cr.id:
+        return int(value[1]), value[2]
+    return None
+
+
 @st.dialog("Approve and merge?", on_dismiss=lambda: close_dialog("approve"))
-def approve_dialog(cr: ChangeRequest) -> None:
+def approve_dialog(cr: ChangeRequest, revision: int, digest: str | None) -> None:
     st.write(
-        f"Merge **{cr.title}** by `{cr.author}` ({cr.rows} row(s), {cr.cells} cell(s)) into "
+        f"Merge **{cr.title}** (`{cr.id}`, **revision {revision}**) by `{cr.author}` into "
         f"`{cr.project_id}/{cr.dataset_id}` as one new version."
     )
+    if revision == cr.revision:
+        st.caption(f"{cr.rows} row(s), {cr.cells} cell(s)" + (f" · content `{digest[:12]}`" if digest else ""))
     if cr.schema_changes:
         st.markdown(
             "It also changes the table's schema: " + "; ".join(schema_change_line(c) for c in cr.schema_changes) + "."
@@ -58,7 +86,9 @@ def approve_dialog(cr: ChangeRequest) -> None:
     if left.button("Approve and merge", key="approve_confirm", type="primary", width="stretch"):
         # The approval runs in the server (app.background): closing this tab does not stop it,
         # and the request shows "Merging…" and then the outcome to whoever opens it.
-        job = background.start_approval(catalog(), cr, actor=user, comment=comment.strip() or None)
+        job = background.start_approval(
+            catalog(), cr, actor=user, comment=comment.strip() or None, revision=revision, digest=digest
+        )
         st.caption("You can close this page: the approval goes on, and the Review page shows how it ended.")
         wait_for_engine()  # the approval itself waits for it in the server
         job = follow_approval(job, st.container(key="approve_status"))
@@ -71,10 +101,10 @@ def approve_dialog(cr: ChangeRequest) -> None:
 
 
 @st.dialog("Request changes?", on_dismiss=lambda: close_dialog("request_changes"))
-def request_changes_dialog(cr: ChangeRequest) -> None:
+def request_changes_dialog(cr: ChangeRequest, revision: int, digest: str | None) -> None:
     st.write(
-        f"Send **{cr.title}** back to `{cr.author}`. They edit the same session again and submit a revision; "
-        "it cannot be approved until then."
+        f"Send **{cr.title}** (`{cr.id}`, revision {revision}) back to `{cr.author}`. They edit the same session "
+        "again and submit a revision; it cannot be approved until then."
     )
     reason = st.text_area("What should change? (required, shown to the author)", key="request_changes_reason")
     left, right = st.columns(2)
@@ -83,7 +113,9 @@ def request_changes_dialog(cr: ChangeRequest) -> None:
         st.rerun()
     if left.button("Request changes", key="request_changes_confirm", type="primary", width="stretch"):
         with oreo_errors():
-            change_requests.request_changes(catalog(), cr.id, reason, actor=user)
+            change_requests.request_changes(
+                catalog(), cr.id, reason, actor=user, expected_revision=revision, expected_digest=digest
+            )
             flash(f"Asked `{cr.author}` for changes to `{cr.id}` ({cr.title}).", kind="info")
             close_dialog("request_changes")
             st.session_state.pop("request_changes_reason", None)
@@ -91,8 +123,11 @@ def request_changes_dialog(cr: ChangeRequest) -> None:
 
 
 @st.dialog("Reject change request?", on_dismiss=lambda: close_dialog("reject"))
-def reject_dialog(cr: ChangeRequest) -> None:
-    st.write(f"Reject **{cr.title}** by `{cr.author}`. Its staged changes are deleted; the table is not changed.")
+def reject_dialog(cr: ChangeRequest, revision: int, digest: str | None) -> None:
+    st.write(
+        f"Reject **{cr.title}** (`{cr.id}`, revision {revision}) by `{cr.author}`. "
+        "Its staged changes are deleted; the table is not changed."
+    )
     reason = st.text_area("Reason (required, shown to the author)", key="reject_reason")
     left, right = st.columns(2)
     if right.button("Cancel", key="reject_cancel", width="stretch"):
@@ -100,7 +135,9 @@ def reject_dialog(cr: ChangeRequest) -> None:
         st.rerun()
     if left.button("Reject", key="reject_confirm", type="primary", width="stretch"):
         with oreo_errors():
-            change_requests.reject_change_request(catalog(), cr.id, actor=user, reason=reason)
+            change_requests.reject_change_request(
+                catalog(), cr.id, actor=user, reason=reason, expected_revision=revision, expected_digest=digest
+            )
             flash(f"Rejected `{cr.id}` ({cr.title}).", kind="info")
             close_dialog("reject")
             st.session_state.pop("reject_reason", None)
@@ -124,6 +161,51 @@ def recent_outcomes(projects: set[str]) -> None:
                 st.rerun()
 
 
+def follow_pick() -> None:
+    """Keep the address naming the request the picker shows, so a reload or a shared link opens it."""
+    st.query_params["cr"] = st.session_state["review_cr"]
+
+
+def not_open(cr_id: str) -> None:
+    """Say plainly that the request the address names is not open for review here, and where to find it."""
+    try:
+        named = change_requests.get_change_request(catalog(), cr_id, actor=user)
+    except OreoError:
+        st.warning(
+            f"Change request `{cr_id}` is not in your projects or does not exist — there is nothing to review.",
+            icon=":material/search_off:",
+        )
+        return
+    if named.state in change_requests.IN_REVIEW:
+        st.warning(
+            f"Change request `{named.id}` ({named.title}) is {named.state.value}, but you are not an approver of "
+            f"project `{named.project_id}`: you cannot review it.",
+            icon=":material/block:",
+        )
+    else:
+        merged = f" as version {named.merged_version}" if named.merged_version is not None else ""
+        by = f" by {named.closed_by}" if named.closed_by else ""
+        st.warning(
+            f"Change request `{named.id}` ({named.title}) is {named.state.value} — it is no longer open.  \n"
+            f"It was {named.state.value}{merged}{by}, revision {named.revision}.",
+            icon=":material/info:",
+        )
+    if named.author == user.username:
+        st.page_link(
+            PAGES / "requests.py", label="See it on My requests", icon=":material/outbox:", query_params={"cr": cr_id}
+        )
+    else:
+        st.page_link(
+            PAGES / "history.py",
+            label=f"See the history of {named.project_id}/{named.dataset_id}",
+            icon=":material/history:",
+        )
+    if st.button("Review the open requests", key="review_show_queue", icon=":material/rule:"):
+        del st.query_params["cr"]
+        st.session_state.pop("review_cr", None)
+        st.rerun()
+
+
 def conflicts_of(cr: ChangeRequest, version: int | None) -> list[merge.Conflict]:
     """Conflicts are read from the change feed with Spark: remember them until ``main`` moves on."""
     cache = st.session_state.setdefault("review_conflicts", {})
@@ -145,6 +227,10 @@ with oreo_errors():
         for cr in change_requests.list_change_requests(catalog(), actor=user)
         if cr.project_id in approving and cr.state in change_requests.IN_REVIEW
     ]
+    by_id = {cr.id: cr for cr in queue}
+    wanted = st.query_params.get("cr")
+    if wanted is not None and wanted not in by_id:
+        not_open(wanted)  # and no other request's controls: the queue below is only a list
     if not queue:
         st.info("No open change requests to review.")
         st.stop()
@@ -180,8 +266,11 @@ with oreo_errors():
         width="stretch",
         key="review_queue",
     )
-    by_id = {cr.id: cr for cr in queue}
-    if st.session_state.get("review_cr") not in by_id:
+    if wanted is not None and wanted not in by_id:
+        st.stop()
+    if wanted is not None:
+        st.session_state["review_cr"] = wanted
+    elif st.session_state.get("review_cr") not in by_id:
         # Someone coming back to an approval they started lands on it.
         theirs = [cr_id for cr_id, job in merging.items() if job.approver == user.username and cr_id in by_id]
         st.session_state["review_cr"] = theirs[0] if theirs else queue[0].id
@@ -191,6 +280,7 @@ with oreo_errors():
         key="review_cr",
         format_func=lambda i: f"{by_id[i].title} · {by_id[i].author} · {i}"
         + (" · changes requested" if by_id[i].state == CRState.CHANGES_REQUESTED else ""),
+        on_change=follow_pick,
     )
     cr = by_id[chosen]
 
@@ -234,26 +324,34 @@ with oreo_errors():
         if run is not None and run.status == "failed":
             blocked.append("a critical data check fails")
         approve_col, changes_col, reject_col, note = st.columns([1.3, 1.9, 1, 4], vertical_alignment="center")
-        if approve_col.button(
+        approve_col.button(
             "Approve",
             key="review_approve",
             type="primary",
             icon=":material/check:",
             disabled=bool(blocked) or cr.id in merging,
             width="stretch",
-        ):
-            open_dialog("approve", cr.id)
-        if changes_col.button(
+            on_click=decide,
+            args=("approve", cr),
+        )
+        changes_col.button(
             "Request changes",
             key="review_request_changes",
             icon=":material/edit_note:",
             disabled=cr.state != CRState.OPEN or cr.id in merging or cr.kind == "import",
             help=IMPORT_CHANGES if cr.kind == "import" else None,
             width="stretch",
-        ):
-            open_dialog("request_changes", cr.id)
-        if reject_col.button("Reject", key="review_reject", icon=":material/close:", width="stretch"):
-            open_dialog("reject", cr.id)
+            on_click=decide,
+            args=("request_changes", cr),
+        )
+        reject_col.button(
+            "Reject",
+            key="review_reject",
+            icon=":material/close:",
+            width="stretch",
+            on_click=decide,
+            args=("reject", cr),
+        )
         if cr.id in merging:
             note.caption(f"{merging[cr.id].approver} is approving it now.")
         elif cr.state == CRState.CHANGES_REQUESTED:
@@ -312,14 +410,9 @@ with oreo_errors():
                 key="review_conflicts_table",
             )
 
-    if dialog_value("approve") == cr.id and cr.author != user.username:
-        approve_dialog(cr)
-    if dialog_value("reject") == cr.id and cr.author != user.username:
-        reject_dialog(cr)
-    if (
-        dialog_value("request_changes") == cr.id
-        and cr.author != user.username
-        and cr.state == CRState.OPEN
-        and cr.kind != "import"
-    ):
-        request_changes_dialog(cr)
+    if (seen := reviewed("approve", cr)) and cr.author != user.username:
+        approve_dialog(cr, *seen)
+    if (seen := reviewed("reject", cr)) and cr.author != user.username:
+        reject_dialog(cr, *seen)
+    if (seen := reviewed("request_changes", cr)) and cr.author != user.username and cr.kind != "import":
+        request_changes_dialog(cr, *seen)

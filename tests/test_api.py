@@ -695,3 +695,49 @@ def test_every_cli_json_document_and_its_api_twin_have_the_same_fields(
         _same_shape(cli_comment, api_comment, "comment")
         api_withdraw = c.post(f"/api/v1/change-requests/{cr_id}/withdraw").json()
     assert set(api_withdraw) == {"cr_id", "state"}
+
+
+def test_decisions_name_the_revision_reviewed_and_a_stale_one_is_409(server: Server, people: str) -> None:
+    """An approval, rejection or request for changes of a revision that moved on answers 409; nothing merges."""
+    row_ids = _row_ids(server, people)
+    cr_id = _edit_and_submit(
+        server, people, {"set": [{"row_id": row_ids[2], "column": "score", "value": "1.5"}]}, "revision check"
+    )
+    with server.client("ap") as c:
+        first = c.get(f"/api/v1/change-requests/{cr_id}").json()
+        assert first["revision"] == 1 and len(first["digest"]) == 64
+        asked = c.post(
+            f"/api/v1/change-requests/{cr_id}/request-changes",
+            json={"reason": "one more", "revision": 1, "digest": first["digest"]},
+        )
+        assert asked.status_code == 200, asked.text
+    with server.client("ed") as c:  # the author edits the request's session again and revises
+        edited = c.post(
+            f"/api/v1/projects/demo/datasets/{people}/edits",
+            json={"set": [{"row_id": row_ids[2], "column": "score", "value": "2.5"}]},
+        )
+        assert edited.status_code == 200, edited.text
+        revised = c.post(f"/api/v1/change-requests/{cr_id}/revise")
+        assert revised.status_code == 200 and revised.json()["revision"] == 2, revised.text
+    with server.client("ap") as c:
+        second = c.get(f"/api/v1/change-requests/{cr_id}").json()
+        assert second["digest"] != first["digest"]
+        stale = f"change request {cr_id} is at revision 2 now, not revision 1 that you reviewed"
+        for path, body in (
+            ("approve", {"revision": 1}),
+            ("reject", {"reason": "no", "revision": 1}),
+            ("request-changes", {"reason": "again", "revision": 1}),
+        ):
+            refused = c.post(f"/api/v1/change-requests/{cr_id}/{path}", json=body)
+            assert refused.status_code == 409, refused.text
+            assert refused.json()["error"]["type"] == "conflict"
+            assert refused.json()["error"]["message"].startswith(stale), refused.text
+        wrong = c.post(f"/api/v1/change-requests/{cr_id}/approve", json={"revision": 2, "digest": first["digest"]})
+        assert wrong.status_code == 409 and "staged again" in wrong.json()["error"]["message"], wrong.text
+        assert _merge_commits(server, people, cr_id) == 0
+        approved = c.post(
+            f"/api/v1/change-requests/{cr_id}/approve", json={"revision": 2, "digest": second["digest"]}
+        )
+    assert approved.status_code == 200, approved.text
+    assert (approved.json()["state"], approved.json()["revision"]) == ("merged", 2)
+    assert _merge_commits(server, people, cr_id) == 1

@@ -108,3 +108,25 @@ def test_refusals(capsys, catalog: Catalog, args: list[str], message: str) -> No
     assert_one_error_line(run(capsys, *[a.replace("{cr}", cr_id) for a in args]), message)
     assert engine.latest_version(layout_for("demo", "people").main) == 0
     assert run(capsys, "--json", "cr", "show", cr_id).json()["state"] == "open"
+
+
+def test_decisions_name_the_revision_reviewed(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    cr_id = _submit(capsys, "200")
+    asked = run(capsys, "--json", "cr", "request-changes", cr_id, "--as", "al", "--reason", "no", "--revision", "1")
+    assert asked.code == 0, asked.err
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "2", "age", "32").code == 0
+    assert run(capsys, "--json", "cr", "revise", cr_id, "--as", "ed").json()["revision"] == 2
+
+    stale = f"change request {cr_id} is at revision 2 now, not revision 1 that you reviewed: reload it and review again"
+    for decision in (
+        ["cr", "approve", cr_id, "--as", "al", "--revision", "1"],
+        ["cr", "reject", cr_id, "--as", "al", "--reason", "no", "--revision", "1"],
+        ["cr", "request-changes", cr_id, "--as", "al", "--reason", "again", "--revision", "1"],
+    ):
+        assert_one_error_line(run(capsys, *decision), stale)
+    assert engine.latest_version(layout_for("demo", "people").main) == 0
+    assert run(capsys, "--json", "cr", "show", cr_id).json()["state"] == "open"
+
+    approved = run(capsys, "cr", "approve", cr_id, "--as", "al", "--revision", "2")
+    assert approved.code == 0, approved.err
+    assert f"change request {cr_id} (revision 2) merged as version 1" in approved.out

@@ -2,8 +2,10 @@
 
 Approval runs, in order:
 
-1. checks: the request is open, the approver is an approver of the project and is not
-   its author (four-eyes, whatever their role). The one exception is a project admin's
+1. checks: the request is open (and at the revision the approver reviewed, when given:
+   ``change_requests.check_reviewed``; checked again under the writer lease before the
+   MERGE), the approver is an approver of the project and is not its author (four-eyes,
+   whatever their role). The one exception is a project admin's
    import submitted with its review skipped (``core.imports.import_file(review=False)``),
    which ``merge_unreviewed_import`` merges at once with the admin as the merger; steps
    2 to 5 are the same;

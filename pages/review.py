@@ -68,12 +68,11 @@ def reviewed(name: str, cr: ChangeRequest) -> tuple[int, str | None] | None:
 
 @st.dialog("Approve and merge?", on_dismiss=lambda: close_dialog("approve"))
 def approve_dialog(cr: ChangeRequest, revision: int, digest: str | None) -> None:
-    st.write(
-        f"Merge **{cr.title}** (`{cr.id}`, **revision {revision}**) by `{cr.author}` into "
-        f"`{cr.project_id}/{cr.dataset_id}` as one new version."
-    )
-    if revision == cr.revision:
-        st.caption(f"{cr.rows} row(s), {cr.cells} cell(s)" + (f" · content `{digest[:12]}`" if digest else ""))
+    st.write(f"Merge **{cr.title}** by `{cr.author}` into `{cr.project_id}/{cr.dataset_id}` as one new version.")
+    # What is approved is what the page showed: this id at this revision (and content digest).
+    shown = f" · {cr.rows} row(s), {cr.cells} cell(s)" if revision == cr.revision else ""
+    content = f" · content `{digest[:12]}`" if digest else ""
+    st.markdown(f"Change request `{cr.id}` · **revision {revision}**{shown}{content}")
     if cr.schema_changes:
         st.markdown(
             "It also changes the table's schema: " + "; ".join(schema_change_line(c) for c in cr.schema_changes) + "."

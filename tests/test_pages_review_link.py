@@ -105,7 +105,7 @@ def test_an_approval_of_a_revision_that_moved_on_is_refused(workspace: Catalog, 
     change_requests.revise_change_request(workspace, cr_id, actor=erin)
 
     at.button(key="review_approve").click().run(timeout=120)
-    assert has_text(at.markdown, f"(`{cr_id}`, **revision 1**)"), texts(at.markdown)
+    assert has_text(at.markdown, f"Change request `{cr_id}` · **revision 1**"), texts(at.markdown)
     at.button(key="approve_confirm").click().run(timeout=600)
 
     assert has_text(at.error, f"change request {cr_id} is at revision 2 now, not revision 1 that you reviewed")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through
 
 Settle = Callable[..., None]
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # three submits and a revise start Spark in the CLI
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_MS = 900_000  # an approval's Spark MERGE on a busy 2-core machine
@@ -124,11 +125,14 @@ def test_a_link_approves_exactly_the_request_it_names(
     expect(page.get_by_role("heading", name="Rename newest")).to_have_count(0)
     expect(page.get_by_test_id("stCaptionContainer").filter(has_text=linked)).to_contain_text("revision 1")
     expect(page).to_have_url(f"{oreo_server.url}/review?cr={linked}")
+    expect(page.locator(".st-key-review_cr").get_by_role("combobox")).to_have_value(re.compile(f"{linked}$"))
+    expect(page.locator(".st-key-review_changes [data-testid='stMetric']").first).to_be_visible()
     shoot(page, shots, "deep_link")
 
     page.get_by_role("button", name="Approve", exact=True).click()
     dialog = page.get_by_role("dialog")
-    expect(dialog).to_contain_text(f"Rename linked ({linked}, revision 1)")
+    expect(dialog).to_contain_text("Merge Rename linked by editor into demo/customers")
+    expect(dialog).to_contain_text(f"Change request {linked} · revision 1")
     wait_idle(page)
     shoot(page, shots, "approve_dialog")
     dialog.get_by_role("button", name="Approve and merge").click()
@@ -170,7 +174,7 @@ def test_a_request_revised_behind_the_page_is_not_approved(
 
     page.get_by_role("button", name="Approve", exact=True).click()
     dialog = page.get_by_role("dialog")
-    expect(dialog).to_contain_text(f"({cr_id}, revision 1)")
+    expect(dialog).to_contain_text(f"Change request {cr_id} · revision 1")
     wait_idle(page)
     dialog.get_by_role("button", name="Approve and merge").click()
     refused = f"change request {cr_id} is at revision 2 now, not revision 1 that you reviewed"

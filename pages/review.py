@@ -186,7 +186,7 @@ def not_open(cr_id: str) -> None:
         by = f" by {named.closed_by}" if named.closed_by else ""
         st.warning(
             f"Change request `{named.id}` ({named.title}) is {named.state.value} — it is no longer open.  \n"
-            f"It was {named.state.value}{merged}{by}, revision {named.revision}.",
+            f"{named.state.value.capitalize()}{merged}{by} at revision {named.revision}.",
             icon=":material/info:",
         )
     if named.author == user.username:

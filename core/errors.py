@@ -100,8 +100,8 @@ class ConflictError(OreoError):
 class StaleRevision(ConflictError):
     """An approval, rejection or request for changes names a revision the request is no longer at.
 
-    ``revision`` is where the request is now (None once it is closed), ``reviewed`` the one the
-    caller saw; ``state`` is the request's state now.
+    ``state`` and ``revision`` are the request's now, ``reviewed`` the revision the caller saw
+    (None when only a digest was given).
     """
 
     def __init__(self, message: str, *, cr_id: str, state: str, revision: int | None, reviewed: int | None) -> None:

@@ -108,6 +108,28 @@ def shoot(page: Page, shots: Path, name: str, focus: Locator | None = None) -> N
     wait_quiet(page)
 
 
+def shoot_editing(page: Page, shots: Path, name: str, column: str, typed: str | None) -> None:
+    """At both sizes: open the first row's ``column`` cell, type ``typed`` (None: check it shows the cell's text)."""
+    for size, viewport in SIZES.items():
+        page.set_viewport_size(viewport)
+        wait_quiet(page)
+        editor(page).evaluate("grid => grid.scrollIntoView({block: 'start'})")  # its first row in view
+        shown = cell(editor(page), 0, column).inner_text()
+        field = open_cell_editor(page, 0, column)  # the arrow keys scroll the grid to the column
+        if typed is None:
+            expect(field).to_have_value(shown)
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", shown), shown
+        else:
+            page.keyboard.press("ControlOrMeta+a")
+            page.keyboard.type(typed, delay=30)
+            expect(field).to_have_value(typed)
+        page.screenshot(path=str(shots / f"{name}-{size}.png"))
+        page.keyboard.press("Escape")
+        expect(field).to_have_count(0)
+    page.set_viewport_size(WIDE)
+    wait_quiet(page)
+
+
 def _type_each(
     page: Page,
     server: OreoServer,
@@ -171,14 +193,7 @@ def test_integers_are_saved_as_core_reads_them_or_refused(
     _sign_in_to_table(page, "editor", demo_workspace, settle)
 
     # An integer cell being edited is a text field: it holds every character typed.
-    wait_quiet(page)
-    field = open_cell_editor(page, 0, "orders")
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type("1.5", delay=30)
-    expect(field).to_have_value("1.5")
-    shoot(page, shots, "grid-typing-integer-editing", focus=editor(page))
-    page.keyboard.press("Escape")
-    expect(field).to_have_count(0)
+    shoot_editing(page, shots, "grid-typing-integer-editing", "orders", "1.5")
 
     def refused_shot() -> None:
         shoot(page, shots, "grid-typing-integer-refused", focus=alert(page, "nothing was saved"))
@@ -205,13 +220,6 @@ def test_dates_are_typed_in_iso_and_an_impossible_one_is_refused_as_typed(
     _sign_in_to_table(page, "admin", demo_workspace, settle)
 
     # The date editor shows and takes the grid's own form, ISO YYYY-MM-DD.
-    wait_quiet(page)
-    shown = cell(editor(page), 0, "signup_date").inner_text()
-    field = open_cell_editor(page, 0, "signup_date")
-    expect(field).to_have_value(shown)
-    assert len(shown) == 10 and shown[4] == shown[7] == "-"
-    shoot(page, shots, "grid-typing-date-editing", focus=editor(page))
-    page.keyboard.press("Escape")
-    expect(field).to_have_count(0)
+    shoot_editing(page, shots, "grid-typing-date-editing", "signup_date", None)
 
     _type_each(page, oreo_server, "admin", "signup_date", DATES)

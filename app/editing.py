@@ -116,6 +116,8 @@ def editor_text(value: Any, duck_type: str) -> str | None:
     family = type_family(duck_type)
     if family == "float" and isinstance(value, float | np.floating):
         return _float_text(float(value), duck_type)
+    if family == "float" and isinstance(value, str):
+        return value  # DuckDB's own text of the value: exact already
     if family == "date" and isinstance(value, dt.datetime):
         return value.date().isoformat()
     return display_value(value, duck_type)

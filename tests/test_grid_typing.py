@@ -41,6 +41,7 @@ from core.values import canonical_text
         (float("nan"), "DOUBLE", None),
         (np.float32(0.1), "FLOAT", "0.1"),  # the float32 value, not its float64 widening
         (float(np.float32(1.23456789)), "FLOAT", "1.2345679"),
+        ("0.123456789", "DOUBLE", "0.123456789"),
         (Decimal("12.50"), "DECIMAL(10,2)", "12.50"),
         (dt.date(2024, 2, 29), "DATE", "2024-02-29"),
         (pd.Timestamp("2024-02-29"), "DATE", "2024-02-29"),

@@ -114,8 +114,8 @@ def shoot_editing(page: Page, shots: Path, name: str, column: str, typed: str | 
         page.set_viewport_size(viewport)
         wait_quiet(page)
         editor(page).evaluate("grid => grid.scrollIntoView({block: 'start'})")  # its first row in view
-        shown = cell(editor(page), 0, column).inner_text()
         field = open_cell_editor(page, 0, column)  # the arrow keys scroll the grid to the column
+        shown = cell(editor(page), 0, column).inner_text()  # the grid's text mirror holds the columns in view
         if typed is None:
             expect(field).to_have_value(shown)
             assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", shown), shown

@@ -38,6 +38,7 @@ Settle = Callable[..., None]
 pytestmark = pytest.mark.e2e
 
 SLOW_MS = 600_000
+ROW_PX = 35
 SIZES = {"1400x1000": {"width": 1400, "height": 1000}, "1024x768": {"width": 1024, "height": 768}}
 WIDE = {"width": 1920, "height": 1200}
 # Typed text, then the value saved (None: refused with a message quoting the text, nothing saved).
@@ -113,7 +114,14 @@ def shoot_editing(page: Page, shots: Path, name: str, column: str, typed: str | 
     for size, viewport in SIZES.items():
         page.set_viewport_size(viewport)
         wait_quiet(page)
-        editor(page).evaluate("grid => grid.scrollIntoView({block: 'start'})")  # its first row in view
+        grid = editor(page)
+        grid.evaluate("grid => grid.scrollIntoView({block: 'start'})")  # its first row in view
+        # Narrower than the table: scroll the grid sideways until the column is drawn (and in its text mirror).
+        box = grid.locator("canvas").first.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 3 * ROW_PX)
+        page.mouse.wheel(2000, 0)
+        expect(grid.locator("th[role='columnheader']", has_text=re.compile(f"^{column}$"))).to_have_count(1)
         field = open_cell_editor(page, 0, column)  # the arrow keys scroll the grid to the column
         shown = cell(editor(page), 0, column).inner_text()  # the grid's text mirror holds the columns in view
         if typed is None:

@@ -4,29 +4,35 @@
 read-only marker column, and beside it a styled, read-only preview of the changed rows.
 Everything here is plain pandas, so it is tested without a browser.
 
-Each column gets the editor its type needs (numbers, date pickers, checkboxes, a select
-box when the validation suite lists the allowed values). A grid can only send "no value"
-for a cell it could not read (letters typed into a number cell leave it empty), so an
-emptied cell is never saved from the grid directly: it comes back as a *clear* that the
+Each column gets the editor its type needs: checkboxes for booleans, a select box when the
+validation suite lists the allowed values, and text for everything else. Numbers, dates and
+timestamps are edited as text too, because the grid's own number and date editors change
+what was typed (its number editor drops every character it does not expect, so ``1.5``
+became ``15`` and ``1e3`` became ``13``; its date picker rewrites a typed day): the text
+reaches ``core.values`` exactly as typed, which saves its canonical value or refuses it.
+An emptied cell is never saved from the grid directly: it comes back as a *clear* that the
 person confirms (``GridChanges.clears``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from app.formatting import display_value, is_empty, shortened
+import numpy as np
+import pandas as pd
+
+from app.formatting import display_value, float_text, is_empty, shortened
 from core import rules
 from core.errors import InvalidInput
 from core.sessions import CHANGE_COLUMN, EDITED_COLUMN, DeleteRow, EditOp, SetCell, UndoCell
-from core.values import INTEGER_RANGES, decimal_shape, type_family
+from core.values import INTEGER_RANGES, canonical_text, decimal_shape, type_family
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pandas.io.formats.style import Styler
 
     from core.reads import Column
@@ -41,6 +47,9 @@ DELETED_ROW = "background-color: #fbd5d5; color: #7a1010; text-decoration: line-
 # Longest text a cell takes when the suite sets no length limit.
 DEFAULT_MAX_TEXT = 2000
 _MIDNIGHT = re.compile(r"(\d{4}-\d{2}-\d{2})T00:00(?::00(?:\.0+)?)?Z?")
+# Column types the grid edits as text: its number and date editors would change the keystrokes.
+TYPED_AS_TEXT = ("integer", "decimal", "float", "date", "timestamp", "timestamptz")
+NUMBERS = ("integer", "decimal", "float")
 
 
 @dataclass(frozen=True)
@@ -77,15 +86,41 @@ def column_rules(suite: Mapping[str, Any]) -> dict[str, ColumnRule]:
 def _pandas_dtype(duck_type: str) -> str | None:
     """The nullable pandas dtype that gives a DuckDB column the right grid editor."""
     family = type_family(duck_type)
-    if family == "integer" and duck_type.upper() not in ("HUGEINT", "UBIGINT"):
-        return "Int64"
-    if family == "float":
-        return "Float64"
     if family == "boolean":
         return "boolean"
-    if family == "text":
+    if family == "text" or family in TYPED_AS_TEXT:
         return "string"
-    return None  # dates, timestamps, decimals: the objects DuckDB returned already fit
+    return None  # nested and other columns: shown as DuckDB returned them
+
+
+def _float_text(number: float, duck_type: str) -> str:
+    """A float as a cell's text: as the grid draws numbers when that is exact, else every digit it holds."""
+    if math.isinf(number):
+        return "inf" if number > 0 else "-inf"  # what core takes back (the screens draw ∞)
+    single = duck_type.upper().strip() in ("FLOAT", "REAL")
+    shown = float_text(number)
+    if (np.float32(shown) == np.float32(number)) if single else float(shown) == number:
+        return shown
+    return str(np.float32(number)) if single else repr(float(number))
+
+
+def editor_text(value: Any, duck_type: str) -> str | None:
+    """A typed value as the text its cell holds in the grid, and so the text its editor starts from.
+
+    The screens' reading (``display_value``: ISO dates, whole numbers without separators,
+    decimals with their scale), except that a float keeps every digit it holds: a cell
+    opened for editing never starts from a rounded number. None: empty.
+    """
+    if is_empty(value):
+        return None
+    family = type_family(duck_type)
+    if family == "float" and isinstance(value, float | np.floating):
+        return _float_text(float(value), duck_type)
+    if family == "float" and isinstance(value, str):
+        return value  # DuckDB's own text of the value: exact already
+    if family == "date" and isinstance(value, dt.datetime):
+        return value.date().isoformat()
+    return display_value(value, duck_type)
 
 
 def grid_frame(rows: pd.DataFrame, columns: Sequence[Column], *, deletable: bool = False) -> pd.DataFrame:
@@ -93,15 +128,19 @@ def grid_frame(rows: pd.DataFrame, columns: Sequence[Column], *, deletable: bool
 
     With ``deletable``, a checkbox column follows the marker: ticked rows are deleted.
 
-    The overlay hands every value over as a Python object; typed columns give the grid
-    number, checkbox and text editors, and a cleared cell stays empty instead of "None".
+    The overlay hands every value over as a Python object; booleans get checkboxes, and
+    numbers, dates and timestamps become their text (``editor_text``) for the grid's text
+    editor. A cleared cell stays empty instead of "None".
     """
-    import pandas as pd
-
     frame = rows.drop(columns=[CHANGE_COLUMN, EDITED_COLUMN], errors="ignore").copy()
     for column in columns:
         dtype = _pandas_dtype(column.type)
-        if dtype is not None and column.name in frame.columns:
+        if dtype is None or column.name not in frame.columns:
+            continue
+        if type_family(column.type) in TYPED_AS_TEXT:
+            texts = [editor_text(v, column.type) for v in frame[column.name]]
+            frame[column.name] = pd.Series(texts, dtype=dtype, index=frame.index)
+        else:
             frame[column.name] = frame[column.name].astype(dtype)
     changes = list(rows[CHANGE_COLUMN]) if CHANGE_COLUMN in rows.columns else [""] * len(rows)
     frame.insert(0, MARK_COLUMN, [MARKS.get(c or "", "") for c in changes])
@@ -131,6 +170,10 @@ def _type_help(column: Column, rule: ColumnRule | None) -> str:
         parts.append("one of: " + ", ".join(map(str, rule.value_set)))
     if family == "text":
         parts.append(f"at most {(rule.max_length if rule and rule.max_length else DEFAULT_MAX_TEXT):,} characters")
+    if family == "date":
+        parts.append("YYYY-MM-DD")
+    if family in ("timestamp", "timestamptz"):
+        parts.append("YYYY-MM-DD HH:MM:SS" + ("[+HH:MM]" if family == "timestamptz" else ""))
     return " · ".join(parts)
 
 
@@ -145,8 +188,10 @@ def column_config(
 ) -> dict[str, Any]:
     """``st.column_config`` for every column: its type's editor, its rules, the sort mark in its header.
 
-    No ``max_value`` / ``max_chars`` is set: the grid would clamp or cut the value without a
-    word. Core refuses a value that does not fit, with a message; the help text says the range.
+    Numbers, dates and timestamps are text columns (numbers right-aligned): the grid's number
+    and date editors would change what was typed. No ``max_value`` / ``max_chars`` /
+    ``validate`` is set either: the grid would clamp, cut or silently drop the value. Core
+    refuses a value that does not fit, with a message; the help text says the range and form.
     """
     import streamlit as st
 
@@ -170,22 +215,12 @@ def column_config(
             config[name] = st.column_config.SelectboxColumn(
                 label, options=list(rule.value_set), help=help_text, disabled=locked
             )
-        elif family == "integer":
-            config[name] = st.column_config.NumberColumn(label, step=1, help=help_text, disabled=locked)
-        elif family == "decimal":
-            shape = decimal_shape(column.type)
-            step = 10 ** -shape[1] if shape and shape[1] else 1
-            config[name] = st.column_config.NumberColumn(label, step=step, help=help_text, disabled=locked)
-        elif family == "float":
-            config[name] = st.column_config.NumberColumn(label, help=help_text, disabled=locked)
+        elif family in NUMBERS:
+            config[name] = st.column_config.TextColumn(
+                label, help=help_text, disabled=locked, alignment="right"
+            )  # text, so what was typed reaches core unchanged: core saves it exactly or refuses it
         elif family == "boolean":
             config[name] = st.column_config.CheckboxColumn(label, help=help_text, disabled=locked)
-        elif family == "date":
-            config[name] = st.column_config.DateColumn(label, format="YYYY-MM-DD", help=help_text, disabled=locked)
-        elif family in ("timestamp", "timestamptz"):
-            config[name] = st.column_config.DatetimeColumn(
-                label, format="YYYY-MM-DD HH:mm:ss", help=help_text, disabled=locked
-            )
         else:
             config[name] = st.column_config.TextColumn(label, help=help_text, disabled=locked)
     if key_column and isinstance(config.get(key_column), dict):
@@ -210,6 +245,23 @@ def cell_text(value: Any, duck_type: str) -> str | None:
         if midnight:
             return midnight.group(1)  # the grid's date editor sends an ISO timestamp at midnight
     return text
+
+
+def saved_otherwise(ops: Sequence[EditOp], types: Mapping[str, str]) -> bool:
+    """Whether a saved cell's value reads otherwise than it was typed (``1e3`` is saved as ``1000``).
+
+    The grid keeps showing what was typed until it is redrawn from the stored values.
+    """
+    for op in ops:
+        if not isinstance(op, SetCell) or op.value is None:
+            continue
+        try:
+            canonical = canonical_text(op.value, column=op.column, duck_type=types.get(op.column, "VARCHAR"))
+        except InvalidInput:
+            return True  # e.g. Infinity where the dataset allows it: redraw rather than guess
+        if canonical != op.value:
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -655,6 +655,44 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
     return len(_fold(stored + events))
 
 
+def save_edits(catalog: Catalog, project_id: str, dataset_id: str, ops: list[EditOp], *, actor: User) -> SessionInfo:
+    """Save ``ops`` to the actor's open session on a dataset, starting one only for values that fit.
+
+    A refused first edit leaves no session behind: without an open session, the values are
+    checked against the dataset's columns (``core.values``) before one is started.
+
+    Returns:
+        The session the edits went to.
+
+    Raises:
+        The errors of ``apply_edits``, and ``InvalidInput`` for a value before any session exists.
+    """
+    info = current_session(catalog, project_id, dataset_id, actor=actor)
+    if info is None:
+        require_role(catalog, actor, project_id, Role.EDITOR, action="edit this dataset")
+        if not ops:
+            raise InvalidInput("no edits given", field="edits")
+        dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
+        schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), int(dataset.version or 0))}
+        _check_values(schema, ops, allow_non_finite=_allow_non_finite(dataset))
+        info = open_session(catalog, project_id, dataset_id, actor=actor)
+    apply_edits(catalog, info.session_id, ops, actor=actor)
+    return info
+
+
+def _check_values(schema: dict[str, str], ops: list[EditOp], *, allow_non_finite: bool) -> None:
+    """Refuse the first value of ``ops`` that does not fit its column (as ``apply_edits`` would)."""
+    for op in ops:
+        cells: list[tuple[str, str, Any]] = [(op.row_id, op.column, op.value)] if isinstance(op, SetCell) else []
+        if isinstance(op, AddRow):
+            cells = [("(new row)", c, v) for c, v in op.values.items() if c != "row_id"]
+        for row_id, column, value in cells:
+            canonical_text(
+                value, column=column, duck_type=_require_column(schema, column), row_id=row_id,
+                allow_non_finite=allow_non_finite,
+            )  # fmt: skip
+
+
 def _require_column(schema: dict[str, str], column: str) -> str:
     if column not in schema:
         raise NotFound(f"unknown column {column!r}; columns are: {', '.join(schema)}", kind="column")

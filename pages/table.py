@@ -275,9 +275,11 @@ with oreo_errors():
 
     def save(ops: list[sessions.EditOp]) -> None:
         """Save edits to the user's session (starting one if needed)."""
-        target = session or sessions.open_session(catalog(), project_id, dataset_id, actor=user)
         with st.spinner("Saving..."):
-            sessions.apply_edits(catalog(), target.session_id, ops, actor=user)
+            if session is not None:
+                sessions.apply_edits(catalog(), session.session_id, ops, actor=user)
+            else:  # a first edit that is refused starts no session
+                sessions.save_edits(catalog(), project_id, dataset_id, ops, actor=user)
 
     def read_page(page_no: int) -> Page:
         offset = (page_no - 1) * page_size
@@ -381,8 +383,7 @@ with oreo_errors():
             )
             st.warning(
                 f"You emptied {len(clears)} cell(s): {listed}. **Nothing is saved yet.** "
-                "If you typed letters into a number or date cell, the grid cannot hold them and left the cell "
-                f"empty; keep the value and type a valid one. Empty cells show as {EMPTY}.",
+                f"Empty the cell(s), or keep the value(s). Empty cells show as {EMPTY}.",
                 icon=":material/backspace:",
             )
             # The safe choice comes first: this warning appears above the grid a moment after the
@@ -446,6 +447,8 @@ with oreo_errors():
             done |= handled
             if any(not isinstance(op, sessions.SetCell) for op in changes.ops):
                 reset_editor()  # deletes and their undos change the rows' marks and ticks
+            elif editing.saved_otherwise(changes.ops, types):
+                reset_editor()  # the grid shows the saved value (1000), not what was typed (1e3)
             st.rerun()
         except OreoError as exc:
             # Refused: nothing was saved; the grid goes back to the stored values.

@@ -108,7 +108,8 @@ def test_editor_sees_typed_columns_the_key_and_no_row_id(workspace: Catalog) -> 
     # The key names the row (pinned, sorted ▲ by default); row_id is hidden.
     assert config["row_id"].get("hidden") is True
     assert config["order_id"]["pinned"] is True and config["order_id"]["label"] == "order_id ▲"
-    assert config["amount"]["type_config"]["type"] == "number"
+    # Numbers are typed as text (right-aligned), so what was typed reaches core unchanged.
+    assert config["amount"]["type_config"]["type"] == "text" and config["amount"]["alignment"] == "right"
     assert config["plan"]["type_config"]["type"] == "text"
     assert config[editing.DELETE_COLUMN]["type_config"]["type"] == "checkbox"
     assert "Pending changes (0)" in _expander_labels(at)
@@ -135,7 +136,7 @@ def test_a_cell_edit_is_saved_at_once_and_the_grid_keeps_its_place(workspace: Ca
     assert _editor(at).key == first
     assert _row(at, "1000")["plan"] == "pro"
     assert _row(at, "1000")[editing.MARK_COLUMN] == "✎ edited"
-    assert _row(at, "1002")["amount"] == pytest.approx(9.25)
+    assert _row(at, "1002")["amount"] == "9.25"
     assert _row(at, "1001")[editing.MARK_COLUMN] == ""
     assert "Pending changes (2)" in _expander_labels(at)
     assert not at.button(key="table_submit").disabled
@@ -192,7 +193,7 @@ def test_an_emptied_cell_is_saved_only_when_confirmed_and_shows_as_empty(workspa
     at.button(key="table_clear_no").click().run(timeout=120)
     assert pending(workspace, "erin") == []
     assert not has_text(at.warning, "You emptied")
-    assert _row(at, "1001")["amount"] == pytest.approx(1.5)
+    assert _row(at, "1001")["amount"] == "1.5"
 
     at = _grid_edit(at, edited_rows={1: {"amount": None}})
     at.button(key="table_clear_yes").click().run(timeout=120)
@@ -320,7 +321,7 @@ def test_the_url_opens_the_same_page_and_sort(workspace: Catalog) -> None:
 
     assert not at.exception, at.exception
     assert any(c.startswith(f"Rows **51–100** of **{ROWS}**") for c in texts(at.caption)), texts(at.caption)
-    amounts = list(_editor(at).value["amount"])
+    amounts = [float(a) for a in _editor(at).value["amount"]]
     assert amounts == sorted(amounts, reverse=True)
     assert amounts[0] == pytest.approx(float(order(ROWS - 51)["amount"]))
     assert json.loads(_editor(at).proto.columns)["amount"]["label"] == "amount ▼"
@@ -593,5 +594,6 @@ def test_grid_frame_types_columns_and_marks_changes() -> None:
 
     assert list(frame.columns) == [editing.MARK_COLUMN, "row_id", "n", "name"]
     assert list(frame[editing.MARK_COLUMN]) == ["✎ edited", "＋ added", "✖ deleted"]
-    assert str(frame["n"].dtype) == "Int64"
+    # Numbers are edited as text: the grid's number editor dropped characters it did not expect.
+    assert str(frame["n"].dtype) == "string" and list(frame["n"].fillna("∅")) == ["1", "∅", "3"]
     assert str(frame["name"].dtype) == "string"

@@ -37,6 +37,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.fixture(autouse=True)
+def loopback_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Webhooks reach only public addresses unless listed: these tests list their loopback receivers (and a name)."""
+    monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1,hooks.example.test")
+    get_settings.cache_clear()
+
+
 # ---------------------------------------------------------------- real servers on loopback
 
 

@@ -618,8 +618,9 @@ def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> Dr
     now = now or utcnow()
     due = _due(catalog, now, limit)
     outcomes = _run_to_end(_send_all(catalog, due, now, get_settings()))
+    position = {row_id: n for n, (row_id, _, _) in enumerate(due)}
     report = DrainReport()
-    for outcome in sorted(outcomes, key=lambda d: due.index((d.id, d.channel, d.target))):
+    for outcome in sorted(outcomes, key=lambda d: position[d.id]):
         {"sent": report.sent, "pending": report.failed, "dead": report.dead}[outcome.state].append(outcome)
     return report
 
@@ -643,8 +644,10 @@ async def _send_all(
     for row_id, channel, target in due:
         lanes.setdefault((channel, target), []).append(row_id)
     timeout = httpx.Timeout(settings.delivery_deadline_s)
-    # trust_env off: a proxy would connect to the name again, not to the address core.egress checked.
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+    # No proxies from the environment: a proxy would look the name up again, not connect to the address
+    # core.egress checked. The CAs to trust still come from it (SSL_CERT_FILE, SSL_CERT_DIR).
+    verify = httpx.create_ssl_context(trust_env=True)
+    async with httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False, trust_env=False) as client:
         sending = _Round(catalog, now, settings, client, asyncio.Semaphore(SEND_CONCURRENCY))
         done = await asyncio.gather(*(sending.lane(row_ids) for row_ids in lanes.values()))
     return [outcome for lane in done for outcome in lane]

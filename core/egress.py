@@ -39,25 +39,31 @@ class Destination:
     url: httpx.URL
     host: str  # lower-cased, without brackets or a trailing dot
     port: int
-    address: str | None  # the checked address to connect to; None: the host is allowed by name
+    addresses: tuple[str, ...]  # the checked addresses, the resolver's first first; empty: allowed by name
 
-    def request_url(self) -> httpx.URL:
-        """The URL to connect to: the checked address in place of the name."""
-        if self.address is None or self.address == self.host:
-            return self.url
-        return self.url.copy_with(host=self.address)
+    def routes(self) -> list[Route]:
+        """Where to send the request, in order: each checked address in place of the name (or the name)."""
+        if not self.addresses:
+            return [Route(self.url, {}, {})]
+        return [self._route(address) for address in self.addresses]
 
-    def request_headers(self) -> dict[str, str]:
-        """The ``Host`` header of the URL as written, when connecting to its address instead."""
-        if self.address is None or self.address == self.host:
-            return {}
-        return {"Host": self.url.netloc.decode("ascii")}
+    def _route(self, address: str) -> Route:
+        if address == self.host:  # the URL names the address itself
+            return Route(self.url, {}, {})
+        # The Host header and the TLS server name (which the certificate must match) stay the URL's.
+        headers = {"Host": self.url.netloc.decode("ascii")}
+        named = self.url.scheme == "https" and _address(self.host) is None
+        extensions = {"sni_hostname": self.url.raw_host.decode("ascii")} if named else {}
+        return Route(self.url.copy_with(host=address), headers, extensions)
 
-    def request_extensions(self) -> dict[str, Any]:
-        """The TLS server name (and certificate name) of the URL as written, when connecting to its address."""
-        if self.url.scheme != "https" or self.address is None or _address(self.host) is not None:
-            return {}
-        return {"sni_hostname": self.url.raw_host.decode("ascii")}
+
+@dataclass(frozen=True)
+class Route:
+    """One way to send a request to a destination: the URL to connect to, headers and httpx extensions to add."""
+
+    url: httpx.URL
+    headers: dict[str, str]
+    extensions: dict[str, Any]
 
 
 def parse_webhook_url(url: str) -> httpx.URL:
@@ -92,7 +98,7 @@ def check(url: str, allowed: Iterable[str]) -> Destination:
     host, port = _host(parsed), _port(parsed)
     allow = _allowed(allowed)
     if host in allow:
-        return Destination(parsed, host, port, None)
+        return Destination(parsed, host, port, ())
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
@@ -122,7 +128,7 @@ def _judge(parsed: httpx.URL, host: str, port: int, addresses: list[str], allow:
         if not is_public(address) and str(_unwrapped(address)) not in allow:
             where = f"{host} is" if _address(host) == address else f"{host} resolves to {address}, which is"
             raise InvalidInput(f"{where} not a public address", field="url", hint=_ALLOW_HINT)
-    return Destination(parsed, host, port, str(checked[0]))
+    return Destination(parsed, host, port, tuple(dict.fromkeys(str(a) for a in checked)))
 
 
 def _allowed(hosts: Iterable[str]) -> set[str]:

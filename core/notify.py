@@ -742,19 +742,34 @@ async def _post_webhook(
         SIGNATURE_HEADER: sign(secret, body),
         "X-Oreo-Event": delivery.event,
         "X-Oreo-Delivery": str(delivery.id),
-        **destination.request_headers(),
     }
-    request = client.build_request(
-        "POST", destination.request_url(), content=body, headers=headers, extensions=destination.request_extensions()
-    )
-    # The status line is the answer: the body is never read, so it can neither stall the delivery nor be repeated.
-    response = await client.send(request, stream=True)
-    await response.aclose()
-    status = response.status_code
+    status = await _status_of(client, destination.routes(), body, headers)
     if 300 <= status < 400:
         raise _DeliveryRefused(f"HTTP {status} from {url}: redirects are not followed")
     if not 200 <= status < 300:
         raise _DeliveryRefused(f"HTTP {status} from {url}")
+
+
+async def _status_of(
+    client: httpx.AsyncClient, routes: list[egress.Route], body: bytes, headers: dict[str, str]
+) -> int:
+    """The answer's status from the first route that connects."""
+    for route in routes[:-1]:
+        try:
+            return await _status_via(client, route, body, headers)
+        except httpx.ConnectError:
+            continue  # the name's next address (an IPv6 one on a host without IPv6, say)
+    return await _status_via(client, routes[-1], body, headers)
+
+
+async def _status_via(client: httpx.AsyncClient, route: egress.Route, body: bytes, headers: dict[str, str]) -> int:
+    request = client.build_request(
+        "POST", route.url, content=body, headers={**headers, **route.headers}, extensions=route.extensions
+    )
+    # The status line is the answer: the body is never read, so it can neither stall the delivery nor be repeated.
+    response = await client.send(request, stream=True)
+    await response.aclose()
+    return response.status_code
 
 
 class _DeliveryRefused(Exception):

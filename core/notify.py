@@ -617,6 +617,8 @@ def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> Dr
     """
     now = now or utcnow()
     due = _due(catalog, now, limit)
+    if not due:
+        return DrainReport()
     outcomes = _run_to_end(_send_all(catalog, due, now, get_settings()))
     position = {row_id: n for n, (row_id, _, _) in enumerate(due)}
     report = DrainReport()

@@ -605,7 +605,8 @@ def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> Dr
     Each delivery has ``OREO_DELIVERY_DEADLINE_S`` in all, from the lookup to the answer's
     status line. Deliveries to different targets go out side by side (at most
     ``SEND_CONCURRENCY`` at once), so a slow target holds up only its own; one target's
-    deliveries go one after another, in the order they came due.
+    deliveries go one after another, in the order they came due, and once one of them
+    times out the rest are left for the next drain, not tried.
 
     Args:
         catalog: The catalog holding the outbox.
@@ -675,13 +676,16 @@ class _Round:
     gate: asyncio.Semaphore
 
     async def lane(self, row_ids: list[int]) -> list[Delivery]:
-        """One target's deliveries, in order."""
+        """One target's deliveries, in order, until one times out: the rest wait for the next drain untouched."""
         outcomes = []
         for row_id in row_ids:
             async with self.gate:
                 outcome = await self.deliver(row_id)
-            if outcome is not None:
-                outcomes.append(outcome)
+            if outcome is None:
+                continue
+            outcomes.append(outcome)
+            if outcome.state != "sent" and outcome.last_error == _timed_out(self.settings.delivery_deadline_s):
+                break  # a target this slow would hold the drain a deadline per delivery
         return outcomes
 
     async def deliver(self, row_id: int) -> Delivery | None:
@@ -781,7 +785,7 @@ class _DeliveryRefused(Exception):
 def _failure(exc: BaseException, deadline: float) -> str:
     """A failed attempt in one line, in Oreo's words: never bytes the target sent."""
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
-        return f"timed out after {deadline:g} s"
+        return _timed_out(deadline)
     if isinstance(exc, InvalidInput):  # core.egress refused the URL or its address
         return f"refused: {exc.message}"
     if isinstance(exc, httpx.ConnectError):
@@ -791,6 +795,10 @@ def _failure(exc: BaseException, deadline: float) -> str:
     if isinstance(exc, httpx.HTTPError):
         return f"the connection failed ({type(exc).__name__})"
     return _one_line(exc)
+
+
+def _timed_out(deadline: float) -> str:
+    return f"timed out after {deadline:g} s"
 
 
 def _connect_reason(exc: BaseException) -> str:

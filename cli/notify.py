@@ -29,7 +29,10 @@ def webhook_add(
     ] = False,
     as_user: AsUser = None,
 ) -> None:
-    """Register a webhook (project admins); prints its id."""
+    """Register a webhook (project admins); prints its id. It must reach a public address, or a listed host.
+
+    Hosts that are not public (loopback, private, link-local...) need OREO_WEBHOOK_ALLOWED_HOSTS.
+    """
     from cli.main import _actor, _catalog, emit
     from core import notify
     from core.errors import InvalidInput

@@ -26,11 +26,24 @@ def _int(name: str, default: int) -> int:
         raise InvalidInput(f"setting {name} must be an integer, got {raw!r}", field=name) from exc
 
 
+def _positive(name: str, default: int) -> int:
+    value = _int(name, default)
+    if value < 1:
+        raise InvalidInput(f"setting {name} must be at least 1, got {value}", field=name)
+    return value
+
+
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = (os.environ.get(name) or default).strip().lower()
     if raw not in choices:
         raise InvalidInput(f"setting {name} must be one of {', '.join(choices)}, got {raw!r}", field=name)
     return raw
+
+
+def _hosts(name: str) -> tuple[str, ...]:
+    """A comma-separated list of host names or addresses, lower-cased, without brackets or a trailing dot."""
+    names = (part.strip().lower().strip("[]").rstrip(".") for part in os.environ.get(name, "").split(","))
+    return tuple(n for n in names if n)
 
 
 def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
@@ -80,6 +93,9 @@ class Settings:
     smtp_from: str = "oreo@localhost"
     smtp_ca_file: Path | None = None  # a CA bundle to trust for the SMTP server's certificate (else the system's)
     notify_interval_s: int = 30
+    # Webhooks may only reach public addresses, except the hosts (names or addresses) listed here.
+    webhook_allowed_hosts: tuple[str, ...] = ()
+    delivery_deadline_s: float = 10.0  # the whole of one email or webhook delivery, connect to answer
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -123,6 +139,8 @@ class Settings:
                 Path(os.environ["OREO_SMTP_CA_FILE"]).expanduser() if os.environ.get("OREO_SMTP_CA_FILE") else None
             ),
             notify_interval_s=_int("OREO_NOTIFY_INTERVAL_S", 30),
+            webhook_allowed_hosts=_hosts("OREO_WEBHOOK_ALLOWED_HOSTS"),
+            delivery_deadline_s=float(_positive("OREO_DELIVERY_DEADLINE_S", 10)),
         )
 
 

@@ -23,30 +23,40 @@ webhook failing with its last error until one of its deliveries succeeds again.
 A webhook delivery is a JSON POST of ``{"event", "project", "dataset", "cr_id", "actor",
 "at", "title", "summary", ...}``, the same bytes on every attempt, signed in the header
 ``X-Oreo-Signature: sha256=<hex>``, the HMAC-SHA256 of the raw body with the webhook's
-secret. An email is plain text over SMTP (``OREO_SMTP_*`` settings).
+secret. It goes only to public addresses or hosts listed in ``OREO_WEBHOOK_ALLOWED_HOSTS``
+(``core.egress``, checked when the webhook is added and again before each delivery),
+follows no redirect, and counts as sent on a 2xx status line; the answer's body is never
+read, and an outcome never repeats what the target sent. An email is plain text over
+SMTP (``OREO_SMTP_*`` settings), its header fields folded onto one line. Each delivery
+has ``OREO_DELIVERY_DEADLINE_S`` in all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import enum
 import hashlib
 import hmac
 import json
 import logging
+import re
 import smtplib
+import socket
 import ssl
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.message import EmailMessage
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from core import audit, metrics
+from core import audit, egress, metrics
 from core.auth import Role, User, require_role
 from core.catalog import (
     Catalog,
@@ -65,6 +75,7 @@ from core.errors import InvalidInput, NotFound
 from core.layout import new_id, validate_id
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SIGNATURE_HEADER = "X-Oreo-Signature"
 # A delivery that failed this many times is dead; its webhook is marked failing.
@@ -73,7 +84,8 @@ BACKOFF_S = 30.0
 MAX_BACKOFF_S = 3600.0
 # A claimed delivery is due again after this long, should its drainer die mid-send.
 CLAIM_LEASE_S = 300.0
-SEND_TIMEOUT_S = 10.0
+# Deliveries in flight at once in one drain (each to its own target; one target's go one after another).
+SEND_CONCURRENCY = 16
 _SMTP_PORTS = {"none": 25, "starttls": 587, "ssl": 465}
 
 
@@ -454,13 +466,16 @@ def add_webhook(catalog: Catalog, project_id: str, url: str, secret: str, *, act
     Raises:
         NotFound: Unknown project.
         PermissionDenied: ``actor`` is not an admin of the project.
-        InvalidInput: The URL is not an absolute http(s) URL, or the secret is empty.
+        InvalidInput: The secret is empty; or the URL is not an absolute http(s) URL, holds a user name or
+            password, does not resolve, or reaches an address that is not public and not listed in
+            ``OREO_WEBHOOK_ALLOWED_HOSTS`` (``core.egress``).
     """
     _require_project(catalog, project_id)
     require_role(catalog, actor, project_id, Role.ADMIN, action="manage webhooks")
-    url = _check_url(url)
     if not secret or not secret.strip():
         raise InvalidInput("the webhook secret is empty; pass it on standard input", field="secret")
+    url = (url or "").strip()
+    egress.check(url, get_settings().webhook_allowed_hosts)
     hook_id = new_id("wh")
     with catalog.session() as s:
         row = WebhookRow(id=hook_id, project_id=project_id, url=url, secret=secret, created_by=actor.username)
@@ -531,17 +546,6 @@ def _require_project(catalog: Catalog, project_id: str) -> None:
             raise NotFound(f"unknown project {project_id!r}", kind="project", ident=project_id)
 
 
-def _check_url(url: str) -> str:
-    url = (url or "").strip()
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        raise InvalidInput(f"bad webhook URL {url!r}: {exc}", field="url") from exc
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise InvalidInput(f"bad webhook URL {url!r}: give an absolute http:// or https:// URL", field="url")
-    return url
-
-
 def _webhooks(catalog: Catalog, project_ids: list[str]) -> list[Webhook]:
     with catalog.session() as s:
         rows = list(
@@ -598,6 +602,12 @@ def _delivery(row: OutboxRow) -> Delivery:
 def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> DrainReport:
     """Send the deliveries that are due (at most ``limit``) and record each outcome.
 
+    Each delivery has ``OREO_DELIVERY_DEADLINE_S`` in all, from the lookup to the answer's
+    status line. Deliveries to different targets go out side by side (at most
+    ``SEND_CONCURRENCY`` at once), so a slow target holds up only its own; one target's
+    deliveries go one after another, in the order they came due, and once one of them
+    times out the rest are left for the next drain, not tried.
+
     Args:
         catalog: The catalog holding the outbox.
         now: The time to judge what is due by (default: now).
@@ -607,26 +617,43 @@ def drain(catalog: Catalog, now: datetime | None = None, limit: int = 100) -> Dr
         The deliveries sent, failed (due again after a backoff) and dead (out of attempts).
     """
     now = now or utcnow()
-    settings = get_settings()
+    due = _due(catalog, now, limit)
+    if not due:
+        return DrainReport()
+    outcomes = _run_to_end(_send_all(catalog, due, now, get_settings()))
+    position = {row_id: n for n, (row_id, _, _) in enumerate(due)}
     report = DrainReport()
-    with catalog.session() as s:
-        due = list(
-            s.scalars(
-                select(OutboxRow.id)
-                .where(OutboxRow.state == "pending", OutboxRow.next_attempt_at <= now)
-                .order_by(OutboxRow.next_attempt_at, OutboxRow.id)
-                .limit(limit)
-            )
-        )
-    for row_id in due:
-        claimed = _claim(catalog, row_id, now)
-        if claimed is None:
-            continue  # another drainer took it
-        error = _attempt(catalog, claimed, settings)
-        outcome = _record_outcome(catalog, row_id, now, error)
-        metrics.notification_attempt(claimed.channel, outcome.state)
+    for outcome in sorted(outcomes, key=lambda d: position[d.id]):
         {"sent": report.sent, "pending": report.failed, "dead": report.dead}[outcome.state].append(outcome)
     return report
+
+
+def _due(catalog: Catalog, now: datetime, limit: int) -> list[tuple[int, str, str]]:
+    """The (id, channel, target) of the deliveries due at ``now``, the longest due first."""
+    with catalog.session() as s:
+        rows = s.execute(
+            select(OutboxRow.id, OutboxRow.channel, OutboxRow.target)
+            .where(OutboxRow.state == "pending", OutboxRow.next_attempt_at <= now)
+            .order_by(OutboxRow.next_attempt_at, OutboxRow.id)
+            .limit(limit)
+        )
+        return [(int(i), str(channel), str(target)) for i, channel, target in rows]
+
+
+async def _send_all(
+    catalog: Catalog, due: list[tuple[int, str, str]], now: datetime, settings: Settings
+) -> list[Delivery]:
+    lanes: dict[tuple[str, str], list[int]] = {}
+    for row_id, channel, target in due:
+        lanes.setdefault((channel, target), []).append(row_id)
+    timeout = httpx.Timeout(settings.delivery_deadline_s)
+    # No proxies from the environment: a proxy would look the name up again, not connect to the address
+    # core.egress checked. The CAs to trust still come from it (SSL_CERT_FILE, SSL_CERT_DIR).
+    verify = httpx.create_ssl_context(trust_env=True)
+    async with httpx.AsyncClient(timeout=timeout, verify=verify, follow_redirects=False, trust_env=False) as client:
+        sending = _Round(catalog, now, settings, client, asyncio.Semaphore(SEND_CONCURRENCY))
+        done = await asyncio.gather(*(sending.lane(row_ids) for row_ids in lanes.values()))
+    return [outcome for lane in done for outcome in lane]
 
 
 @dataclass(frozen=True)
@@ -638,12 +665,48 @@ class _Claimed:
     payload: str
 
 
-def _claim(catalog: Catalog, row_id: int, now: datetime) -> _Claimed | None:
+@dataclass(frozen=True)
+class _Round:
+    """One drain's sending: its clock, settings, HTTP client and the cap on deliveries in flight."""
+
+    catalog: Catalog
+    now: datetime
+    settings: Settings
+    client: httpx.AsyncClient
+    gate: asyncio.Semaphore
+
+    async def lane(self, row_ids: list[int]) -> list[Delivery]:
+        """One target's deliveries, in order, until one times out: the rest wait for the next drain untouched."""
+        outcomes = []
+        for row_id in row_ids:
+            async with self.gate:
+                outcome = await self.deliver(row_id)
+            if outcome is None:
+                continue
+            outcomes.append(outcome)
+            if outcome.state != "sent" and outcome.last_error == _timed_out(self.settings.delivery_deadline_s):
+                break  # a target this slow would hold the drain a deadline per delivery
+        return outcomes
+
+    async def deliver(self, row_id: int) -> Delivery | None:
+        """Claim, send and record one delivery; None when another drainer took it."""
+        # The lease outlasts the attempt, so no other drainer retries a delivery still in flight.
+        lease = max(CLAIM_LEASE_S, 2 * self.settings.delivery_deadline_s)
+        claimed = _claim(self.catalog, row_id, self.now, lease)
+        if claimed is None:
+            return None
+        error = await _attempt(self.catalog, claimed, self.settings, self.client)
+        outcome = _record_outcome(self.catalog, row_id, self.now, error)
+        metrics.notification_attempt(claimed.channel, outcome.state)
+        return outcome
+
+
+def _claim(catalog: Catalog, row_id: int, now: datetime, lease_s: float) -> _Claimed | None:
     with catalog.session() as s:
         taken = s.execute(
             update(OutboxRow)
             .where(OutboxRow.id == row_id, OutboxRow.state == "pending", OutboxRow.next_attempt_at <= now)
-            .values(next_attempt_at=now + timedelta(seconds=CLAIM_LEASE_S))
+            .values(next_attempt_at=now + timedelta(seconds=lease_s))
         )
         if taken.rowcount != 1:  # type: ignore[attr-defined]
             return None
@@ -652,27 +715,32 @@ def _claim(catalog: Catalog, row_id: int, now: datetime) -> _Claimed | None:
         return _Claimed(row.id, row.event, row.channel, row.target, row.payload)
 
 
-def _attempt(catalog: Catalog, delivery: _Claimed, settings: Settings) -> str | None:
-    """Send one delivery; the error in one line, or None when it went through."""
+async def _attempt(catalog: Catalog, delivery: _Claimed, settings: Settings, client: httpx.AsyncClient) -> str | None:
+    """Send one delivery within the deadline; the error in one line, or None when it went through."""
+    deadline = settings.delivery_deadline_s
     try:
-        if delivery.channel == "webhook":
-            with catalog.session() as s:
-                hook = s.get(WebhookRow, delivery.target)
-                url, secret = (hook.url, hook.secret) if hook is not None else (None, "")
-            if url is None:
-                return "the webhook was removed"
-            _post_webhook(url, secret, delivery)
-        elif delivery.channel == "email":
-            _send_email(settings, delivery.target, json.loads(delivery.payload))
-        else:
-            return f"unknown channel {delivery.channel!r}"
+        async with asyncio.timeout(deadline):
+            if delivery.channel == "webhook":
+                with catalog.session() as s:
+                    hook = s.get(WebhookRow, delivery.target)
+                    url, secret = (hook.url, hook.secret) if hook is not None else (None, "")
+                if url is None:
+                    return "the webhook was removed"
+                await _post_webhook(client, url, secret, delivery, settings)
+            elif delivery.channel == "email":
+                await _send_email(settings, delivery.target, json.loads(delivery.payload), deadline)
+            else:
+                return f"unknown channel {delivery.channel!r}"
     except Exception as exc:  # any failure is this attempt's outcome, retried later
         log.info("delivery %s (%s to %s) failed", delivery.id, delivery.channel, delivery.target, exc_info=True)
-        return _one_line(exc)
+        return _failure(exc, deadline)
     return None
 
 
-def _post_webhook(url: str, secret: str, delivery: _Claimed) -> None:
+async def _post_webhook(
+    client: httpx.AsyncClient, url: str, secret: str, delivery: _Claimed, settings: Settings
+) -> None:
+    destination = await _off_loop(lambda: egress.check(url, settings.webhook_allowed_hosts))
     body = delivery.payload.encode()
     headers = {
         "Content-Type": "application/json",
@@ -681,23 +749,85 @@ def _post_webhook(url: str, secret: str, delivery: _Claimed) -> None:
         "X-Oreo-Event": delivery.event,
         "X-Oreo-Delivery": str(delivery.id),
     }
-    response = httpx.post(url, content=body, headers=headers, timeout=SEND_TIMEOUT_S, follow_redirects=False)
-    if not 200 <= response.status_code < 300:
-        raise _DeliveryRefused(f"HTTP {response.status_code} from {url}")
+    status = await _status_of(client, destination.routes(), body, headers)
+    if 300 <= status < 400:
+        raise _DeliveryRefused(f"HTTP {status} from {url}: redirects are not followed")
+    if not 200 <= status < 300:
+        raise _DeliveryRefused(f"HTTP {status} from {url}")
+
+
+async def _status_of(
+    client: httpx.AsyncClient, routes: list[egress.Route], body: bytes, headers: dict[str, str]
+) -> int:
+    """The answer's status from the first route that connects."""
+    for route in routes[:-1]:
+        try:
+            return await _status_via(client, route, body, headers)
+        except httpx.ConnectError:
+            continue  # the name's next address (an IPv6 one on a host without IPv6, say)
+    return await _status_via(client, routes[-1], body, headers)
+
+
+async def _status_via(client: httpx.AsyncClient, route: egress.Route, body: bytes, headers: dict[str, str]) -> int:
+    request = client.build_request(
+        "POST", route.url, content=body, headers={**headers, **route.headers}, extensions=route.extensions
+    )
+    # The status line is the answer: the body is never read, so it can neither stall the delivery nor be repeated.
+    response = await client.send(request, stream=True)
+    await response.aclose()
+    return response.status_code
 
 
 class _DeliveryRefused(Exception):
     pass
 
 
-def _send_email(settings: Settings, to: str, body: dict[str, Any]) -> None:
+def _failure(exc: BaseException, deadline: float) -> str:
+    """A failed attempt in one line, in Oreo's words: never bytes the target sent."""
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return _timed_out(deadline)
+    if isinstance(exc, InvalidInput):  # core.egress refused the URL or its address
+        return f"refused: {exc.message}"
+    if isinstance(exc, httpx.ConnectError):
+        return f"could not connect{_connect_reason(exc)} (ConnectError)"
+    if isinstance(exc, httpx.ProtocolError | httpx.DecodingError):
+        return "the answer was not valid HTTP"
+    if isinstance(exc, httpx.HTTPError):
+        return f"the connection failed ({type(exc).__name__})"
+    return _one_line(exc)
+
+
+def _timed_out(deadline: float) -> str:
+    return f"timed out after {deadline:g} s"
+
+
+def _connect_reason(exc: BaseException) -> str:
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return ": the TLS certificate was not accepted"
+        if isinstance(cause, ssl.SSLError):
+            return ": the TLS handshake failed"
+        if isinstance(cause, ConnectionRefusedError):
+            return ": connection refused"
+        cause = cause.__cause__ or cause.__context__
+    return ""
+
+
+async def _send_email(settings: Settings, to: str, body: dict[str, Any], deadline: float) -> None:
     if not settings.smtp_host:
         raise _DeliveryRefused("no SMTP server is configured (OREO_SMTP_HOST)")
+    conversation = _SmtpConversation(settings, _email_message(settings, to, body), deadline)
+    await _off_loop(conversation.run, on_cancel=conversation.abort)
+
+
+def _email_message(settings: Settings, to: str, body: dict[str, Any]) -> EmailMessage:
+    """The email of one event: its header fields on one line each, its body's text whole."""
     message = EmailMessage()
-    message["From"] = settings.smtp_from
-    message["To"] = to
-    message["Subject"] = f"[Oreo] {body.get('summary') or body.get('event')}"[:200]
-    message["X-Oreo-Event"] = str(body.get("event"))
+    message["From"] = _header_text(settings.smtp_from)
+    message["To"] = _header_text(to)
+    message["Subject"] = f"[Oreo] {_header_text(body.get('summary') or body.get('event'))}"[:200]
+    message["X-Oreo-Event"] = _header_text(body.get("event"))
     lines = [
         str(body.get("summary") or ""),
         "",
@@ -711,18 +841,65 @@ def _send_email(settings: Settings, to: str, body: dict[str, Any]) -> None:
         if body.get(name) is not None:
             lines.append(f"{name.replace('_', ' ').capitalize()}: {body[name]}")
     message.set_content("\n".join(lines) + "\n")
-    port = settings.smtp_port or _SMTP_PORTS[settings.smtp_tls]
-    client: smtplib.SMTP
-    if settings.smtp_tls == "ssl":
-        client = smtplib.SMTP_SSL(settings.smtp_host, port, timeout=SEND_TIMEOUT_S, context=_tls_context(settings))
-    else:
-        client = smtplib.SMTP(settings.smtp_host, port, timeout=SEND_TIMEOUT_S)
-    with client:
-        if settings.smtp_tls == "starttls":
-            client.starttls(context=_tls_context(settings))
-        if settings.smtp_user:
-            client.login(settings.smtp_user, settings.smtp_password or "")
-        client.send_message(message)
+    return message
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _header_text(value: object) -> str:
+    """``value`` on one line: line breaks and other control characters become spaces, runs of spaces one."""
+    return " ".join(_CONTROL.sub(" ", str(value)).split())
+
+
+class _SmtpConversation:
+    """One email's SMTP conversation in a worker thread, which the drain cuts short at the deadline."""
+
+    def __init__(self, settings: Settings, message: EmailMessage, timeout: float) -> None:
+        self._settings = settings
+        self._message = message
+        self._timeout = timeout  # each socket operation's; the drain's deadline bounds the whole
+        self._lock = threading.Lock()
+        self._client: smtplib.SMTP | None = None
+        self._aborted = False
+
+    def run(self) -> None:
+        settings = self._settings
+        assert settings.smtp_host is not None
+        client: smtplib.SMTP
+        if settings.smtp_tls == "ssl":
+            client = smtplib.SMTP_SSL(timeout=self._timeout, context=_tls_context(settings))
+        else:
+            client = smtplib.SMTP(timeout=self._timeout)
+        # Made unconnected so that abort() can reach its socket from the start; the constructor is what
+        # would set the name starttls() and SMTP_SSL check the certificate against.
+        client._host = settings.smtp_host  # type: ignore[attr-defined]
+        with self._lock:
+            self._client = client
+        with client:
+            self._go_on()
+            client.connect(settings.smtp_host, settings.smtp_port or _SMTP_PORTS[settings.smtp_tls])
+            self._go_on()
+            if settings.smtp_tls == "starttls":
+                client.starttls(context=_tls_context(settings))
+                self._go_on()
+            if settings.smtp_user:
+                client.login(settings.smtp_user, settings.smtp_password or "")
+                self._go_on()
+            client.send_message(self._message)
+
+    def abort(self) -> None:
+        """Shut the connection: the call blocked on it fails at once and the thread ends."""
+        with self._lock:
+            self._aborted = True
+            sock = self._client.sock if self._client is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _go_on(self) -> None:
+        if self._aborted:
+            raise TimeoutError("the delivery deadline passed")
 
 
 def _tls_context(settings: Settings) -> ssl.SSLContext:
@@ -731,6 +908,52 @@ def _tls_context(settings: Settings) -> ssl.SSLContext:
         raise _DeliveryRefused(f"the SMTP CA file {settings.smtp_ca_file} does not exist (OREO_SMTP_CA_FILE)")
     cafile = str(settings.smtp_ca_file) if settings.smtp_ca_file is not None else None
     return ssl.create_default_context(cafile=cafile)
+
+
+async def _off_loop(call: Callable[[], _T], *, on_cancel: Callable[[], None] | None = None) -> _T:
+    """``call()`` in a daemon thread of its own, awaited; given up on (after ``on_cancel``) when the deadline passes.
+
+    Not the loop's executor: ``asyncio.run`` waits for that one's threads on the way out, and a
+    lookup or a socket given up on must not hold the drain.
+    """
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: _T | None, error: BaseException | None) -> None:
+        if finished.done():
+            return
+        if error is not None:
+            finished.set_exception(error)
+        else:
+            finished.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        result: _T | None = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except Exception as exc:  # handed to the awaiting delivery as its outcome
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the drain already gave up on this one
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name="oreo-notify-send", daemon=True).start()
+    try:
+        return await finished
+    except asyncio.CancelledError:
+        if on_cancel is not None:
+            on_cancel()
+        raise
+
+
+def _run_to_end(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` on an event loop of its own (in a worker thread when this thread already runs one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _record_outcome(catalog: Catalog, row_id: int, now: datetime, error: str | None) -> Delivery:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from email import message_from_bytes, policy
@@ -35,6 +37,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def loopback_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Webhooks reach only public addresses unless listed: these tests list their loopback receivers (and a name)."""
+    monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1,hooks.example.test")
+    get_settings.cache_clear()
 
 
 # ---------------------------------------------------------------- real servers on loopback
@@ -473,3 +482,263 @@ def test_a_delivery_whose_webhook_vanished_dies_at_once(workspace: Catalog) -> N
         s.delete(s.get(WebhookRow, hook.id))
     [dead] = notify.drain(workspace).dead
     assert (dead.attempts, dead.last_error) == (1, "the webhook was removed")
+
+
+# ---------------------------------------------------------------- no internal targets, no slow-drip stalls
+
+Answer = Callable[[socket.socket, threading.Event], None]
+
+
+class Scripted:
+    """A loopback TCP server that reads each HTTP request whole (unless ``reads=False``) and answers with a script."""
+
+    def __init__(self, answer: Answer, *, reads: bool = True) -> None:
+        self._answer, self._reads = answer, reads
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = int(self._listener.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        self.requests: list[bytes] = []
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            if self._reads:
+                self.requests.append(_read_request(conn))
+            self._answer(conn, self.stop)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._listener.close()
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    lengths = [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    length = int(lengths[0]) if lengths else 0
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head
+
+
+def answers(raw: bytes) -> Answer:
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(raw)
+
+    return answer
+
+
+def drips(head: bytes, tail: bytes = b"", *, every: float = 0.2, for_s: float = 60.0) -> Answer:
+    """Send ``head``, a byte every ``every`` s for ``for_s`` s (or until the client hangs up), then ``tail``."""
+
+    def answer(conn: socket.socket, stop: threading.Event) -> None:
+        conn.sendall(head)
+        until = time.monotonic() + for_s
+        while time.monotonic() < until and not stop.wait(every):  # the drip's pace, not a wait for an outcome
+            conn.sendall(b"x")
+        conn.sendall(tail)
+
+    return answer
+
+
+@pytest.fixture
+def scripted() -> Iterator[Callable[..., Scripted]]:
+    servers: list[Scripted] = []
+
+    def start(answer: Answer, *, reads: bool = True) -> Scripted:
+        servers.append(Scripted(answer, reads=reads))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _allow(monkeypatch: pytest.MonkeyPatch, hosts: str) -> None:
+    monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", hosts)
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:6379/", r"^127\.0\.0\.1 is not a public address"),
+        ("http://localhost/hook", r"^localhost resolves to (127\.0\.0\.1|::1), which is not a public address"),
+        ("http://169.254.169.254/latest/meta-data/", r"^169\.254\.169\.254 is not a public address"),
+        ("http://[::1]:8080/", r"^::1 is not a public address"),
+        ("http://0x7f000001/", r"^0x7f000001 resolves to 127\.0\.0\.1, which is not a public address"),
+        ("http://2130706433/", r"^2130706433 resolves to 127\.0\.0\.1, which is not a public address"),
+        ("http://10.0.0.1/", r"^10\.0\.0\.1 is not a public address"),
+        ("http://224.0.0.1/", r"^224\.0\.0\.1 is not a public address"),
+        ("http://[::ffff:127.0.0.1]/", r"^::ffff:127\.0\.0\.1 is not a public address"),
+        ("https://user:pass@example.com/", r"^bad webhook URL for host 'example\.com': it holds a user name or pass"),
+        ("https://nowhere.invalid/hook", r"^webhook host 'nowhere\.invalid' does not resolve"),
+    ],
+)
+def test_a_webhook_to_an_internal_address_is_refused_when_added(
+    workspace: Catalog, monkeypatch: pytest.MonkeyPatch, url: str, message: str
+) -> None:
+    _allow(monkeypatch, "")
+    with pytest.raises(InvalidInput, match=message) as refused:
+        _hook(workspace, url)
+    assert refused.value.field == "url" and "\n" not in str(refused.value) and "pass@" not in str(refused.value)
+    if "public address" in message:
+        assert "OREO_WEBHOOK_ALLOWED_HOSTS" in str(refused.value)  # says how to allow it
+    with workspace.session() as s:
+        assert s.scalars(select(WebhookRow)).all() == []
+
+
+def test_a_listed_host_or_address_is_accepted_and_public_addresses_need_no_listing(
+    workspace: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _allow(monkeypatch, "")
+    assert _hook(workspace, "https://8.8.8.8/hook").url == "https://8.8.8.8/hook"
+    with pytest.raises(InvalidInput, match="not a public address"):
+        _hook(workspace, "http://127.0.0.1:6379/")
+    _allow(monkeypatch, " [::1], 127.0.0.1 ,Internal.Example.Test")
+    assert _hook(workspace, "http://127.0.0.1:6379/").url == "http://127.0.0.1:6379/"
+    assert _hook(workspace, "http://0x7f000001/").url == "http://0x7f000001/"  # the address it resolves to is listed
+    assert _hook(workspace, "http://[::1]:8080/").url == "http://[::1]:8080/"
+    assert _hook(workspace, "http://internal.example.test/hook").url == "http://internal.example.test/hook"  # by name
+    with pytest.raises(InvalidInput, match=r"^10\.0\.0\.1 is not a public address"):
+        _hook(workspace, "http://10.0.0.1/")
+
+
+def test_a_host_no_longer_allowed_at_delivery_fails_without_being_sent(
+    workspace: Catalog, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hook = _hook(workspace, receiver.url)  # allowed now (loopback_allowed)
+    _submitted(workspace)
+    _allow(monkeypatch, "")
+    report = notify.drain(workspace)
+    assert [(d.target, d.attempts, d.last_error) for d in report.failed] == [
+        (hook.id, 1, "refused: 127.0.0.1 is not a public address")
+    ]
+    assert receiver.received == []
+    _allow(monkeypatch, "127.0.0.1")  # listed again: the retry goes through
+    assert [d.target for d in notify.drain(workspace, now=utcnow() + timedelta(minutes=1)).sent] == [hook.id]
+    assert len(receiver.received) == 1
+
+
+def test_a_redirect_is_not_followed(
+    workspace: Catalog, receiver: Receiver, scripted: Callable[..., Scripted]
+) -> None:
+    redirect = f"HTTP/1.1 302 Found\r\nLocation: {receiver.url}\r\nContent-Length: 0\r\n\r\n"
+    redirecting = scripted(answers(redirect.encode()))
+    _hook(workspace, redirecting.url)
+    _submitted(workspace)
+    [failed] = notify.drain(workspace).failed
+    assert failed.last_error == f"HTTP 302 from {redirecting.url}: redirects are not followed"
+    assert len(redirecting.requests) == 1 and receiver.received == []
+
+
+def test_what_a_target_answers_is_never_repeated_to_users(
+    workspace: Catalog, scripted: Callable[..., Scripted], capsys: Any
+) -> None:
+    marker = "MARKER-7f3a"
+    garbled = scripted(answers(f"{marker} not http at all\r\n\r\n".encode()))
+    erring = scripted(
+        answers(f"HTTP/1.1 500 {marker}\r\nX-Why: {marker}\r\nContent-Length: 11\r\n\r\n{marker}".encode())
+    )
+    hooks = {_hook(workspace, garbled.url).id: garbled.url, _hook(workspace, erring.url).id: erring.url}
+    _submitted(workspace)
+    report = notify.drain(workspace)
+    assert sorted(d.last_error or "" for d in report.failed) == sorted(
+        ["the answer was not valid HTTP", f"HTTP 500 from {erring.url}"]
+    )
+    listed = run(capsys, "webhook", "list", "demo")
+    doc = run(capsys, "--json", "webhook", "list", "demo").json()
+    assert listed.code == 0 and {w["id"] for w in doc["webhooks"]} == set(hooks)
+    assert all(w["last_error"] for w in doc["webhooks"])
+    assert marker not in listed.out and marker not in json.dumps(doc)
+    with workspace.session() as s:
+        stored = [r.last_error for r in s.scalars(select(OutboxRow))]
+        stored += [h.last_error for h in s.scalars(select(WebhookRow))]
+    assert all(e and marker not in e for e in stored)
+
+
+def test_a_slow_target_holds_its_delivery_at_most_the_deadline_and_not_the_others(
+    workspace: Catalog, receiver: Receiver, scripted: Callable[..., Scripted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OREO_DELIVERY_DEADLINE_S", "2")
+    get_settings.cache_clear()
+    # A status line, then its headers a byte at a time: no read ever waits long, the answer never ends.
+    dripping_head = scripted(drips(b"HTTP/1.1 200 OK\r\nX-Slow: ", b"\r\nContent-Length: 0\r\n\r\n"))
+    # A whole 200 answer, then its body a byte at a time: the status line is the answer, the body is not waited for.
+    dripping_body = scripted(drips(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n"))
+    slow = _hook(workspace, dripping_head.url)
+    answered = _hook(workspace, dripping_body.url)
+    fast = _hook(workspace, receiver.url)
+    _submitted(workspace)
+    _submitted(workspace)
+
+    report = notify.drain(workspace)
+    assert [(d.target, d.last_error) for d in report.failed] == [(slow.id, "timed out after 2 s")]
+    assert sorted(d.target for d in report.sent) == sorted([answered.id, answered.id, fast.id, fast.id])
+    assert len(receiver.received) == 2 and len(dripping_head.requests) == 1
+    # The slow target's second delivery was left for the next drain, untried, rather than held a deadline too.
+    with workspace.session() as s:
+        left = s.scalars(select(OutboxRow).where(OutboxRow.target == slow.id, OutboxRow.attempts == 0)).all()
+    assert [(r.state, r.id > report.failed[0].id) for r in left] == [("pending", True)]
+
+
+def test_a_slow_smtp_server_holds_an_email_at_most_the_deadline(
+    workspace: Catalog, receiver: Receiver, scripted: Callable[..., Scripted], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    greeting = scripted(drips(b"220 ", b"\r\n"), reads=False)  # a greeting that never ends
+    for name, value in {
+        "OREO_SMTP_HOST": "127.0.0.1",
+        "OREO_SMTP_PORT": str(greeting.port),
+        "OREO_SMTP_TLS": "none",
+        "OREO_DELIVERY_DEADLINE_S": "2",
+    }.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    hook = _hook(workspace, receiver.url)
+    _submitted(workspace)
+    report = notify.drain(workspace)
+    assert [(d.channel, d.target, d.last_error) for d in report.failed] == [
+        ("email", "al@example.test", "timed out after 2 s")
+    ]
+    assert [d.target for d in report.sent] == [hook.id] and len(receiver.received) == 1
+
+
+def test_an_email_whose_summary_has_line_breaks_is_sent_with_its_subject_folded(
+    workspace: Catalog, smtp: Mailbox
+) -> None:
+    comment = "Row 7 is wrong.\nRow 9 too:\r\n\tsee the source."
+    notify.emit(
+        workspace, "commented", project="demo", dataset="people", cr_id=CR, actor="al", extra={"comment": comment}
+    )
+    report = notify.drain(workspace)
+    assert ([d.target for d in report.sent], report.failed, report.dead) == (["ed@example.test"], [], [])
+    [(envelope, message)] = smtp.messages
+    assert envelope.rcpt_tos == ["ed@example.test"]
+    assert message["Subject"] == (
+        "[Oreo] al commented on “Fix ages” on demo/people: Row 7 is wrong. Row 9 too: see the source."
+    )
+    body = message.get_content().replace("\r\n", "\n")  # lines as sent, CRLF on the wire
+    assert "Comment: Row 7 is wrong.\nRow 9 too:\n\tsee the source.\n" in body  # the text whole, line by line
+    assert body.startswith("al commented on “Fix ages” on demo/people: Row 7 is wrong.\nRow 9 too:")
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon"])
+def test_a_bad_delivery_deadline_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("OREO_DELIVERY_DEADLINE_S", value)
+    get_settings.cache_clear()
+    with pytest.raises(InvalidInput, match="setting OREO_DELIVERY_DEADLINE_S must be"):
+        get_settings()

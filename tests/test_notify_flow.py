@@ -52,8 +52,10 @@ def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.fixture
-def posts() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
-    """A loopback HTTP receiver: its URL and every POST it got (headers, raw body)."""
+def posts(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
+    """A loopback HTTP receiver, allowed as a webhook target: its URL and every POST it got (headers, raw body)."""
+    monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
+    get_settings.cache_clear()
     got: list[tuple[dict[str, str], bytes]] = []
     port = free_port()
 

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "data" / "screenshots" / "notifications"
 SECRET = "e2e-webhook-secret"
+# The loopback receiver is not a public address: the server and the CLI are told to allow it.
+ALLOW_LOOPBACK = {"OREO_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
 TITLE = "Tell the approver"
 
 
@@ -62,12 +64,13 @@ def notify_server(
     start_oreo: Callable[..., OreoServer], receiver: tuple[str, list[tuple[dict[str, str], bytes]]]
 ) -> OreoServer:
     """A server of its own that drains its outbox every second, with a webhook added through the real CLI."""
-    server = start_oreo("notify", env={"OREO_NOTIFY_INTERVAL_S": "1"})
+    server = start_oreo("notify", env={"OREO_NOTIFY_INTERVAL_S": "1", **ALLOW_LOOPBACK})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.pop("SPARK_REMOTE", None)
     env.update(
         DELTA_DATA_ROOT=str(server.data_root),
         OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
+        **ALLOW_LOOPBACK,
     )
     done = subprocess.run(
         [str(Path(sys.executable).parent / "oreo"), "webhook", "add", "demo", receiver[0], "--secret-stdin"],
@@ -155,6 +158,7 @@ def test_the_admin_page_shows_a_dead_webhook_with_its_last_error(
     # This process works on the server's catalog, with its own clock: six attempts, hours apart.
     monkeypatch.setenv("DELTA_DATA_ROOT", str(notify_server.data_root))
     monkeypatch.setenv("OREO_DATABASE_URL", f"sqlite:///{notify_server.data_root.parent / 'catalog.db'}")
+    monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
     get_settings.cache_clear()
     reset_catalogs()
     try:

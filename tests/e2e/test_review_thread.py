@@ -38,6 +38,8 @@ REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "data" / "screenshots" / "review_thread"
 SLOW_MS = 600_000
 SECRET = "e2e-thread-secret"
+# The loopback receiver is not a public address: the server and the CLI are told to allow it.
+ALLOW_LOOPBACK = {"OREO_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1"}
 TITLE = "Move a customer"
 NOTE = "Lyon is the old office; use the new one"
 REASON = "Please use Paris, as the customer asked"
@@ -70,12 +72,13 @@ def receiver() -> Iterator[tuple[str, list[bytes]]]:
 @pytest.fixture(scope="module")
 def thread_server(start_oreo: Callable[..., OreoServer], receiver: tuple[str, list[bytes]]) -> OreoServer:
     """A server of its own (this test merges) that drains its outbox every second, with a webhook."""
-    server = start_oreo("review-thread", env={"OREO_NOTIFY_INTERVAL_S": "1"})
+    server = start_oreo("review-thread", env={"OREO_NOTIFY_INTERVAL_S": "1", **ALLOW_LOOPBACK})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.pop("SPARK_REMOTE", None)
     env.update(
         DELTA_DATA_ROOT=str(server.data_root),
         OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
+        **ALLOW_LOOPBACK,
     )
     done = subprocess.run(
         [str(Path(sys.executable).parent / "oreo"), "webhook", "add", "demo", receiver[0], "--secret-stdin"],

@@ -474,6 +474,20 @@ def test_nobody_imports_a_server_file_outside_the_import_folders(server: Server)
         c.post(f"/api/v1/change-requests/{kept.json()['cr_id']}/withdraw")
 
 
+def test_an_import_with_bad_values_names_each_of_them(server: Server, people: str) -> None:
+    """Issue 24 §6: the API answers with the message the CLI prints: every bad value, its row and column."""
+    bad = b"id,name,score\n300,a,1.5\n301,b,lots\n302,c,n/a\n"
+    with server.client("ed") as c:
+        upload = {"file": ("bad.csv", bad, "text/csv")}
+        refused = c.post(f"/api/v1/projects/demo/datasets/{people}/imports", files=upload)
+    _assert_error(refused, 400, "invalid_input")
+    assert refused.json()["error"]["message"].startswith(
+        "bad.csv has 2 values its table cannot hold, in column 'score': "
+        "data row 2, column 'score': 'lots' is not a number (DOUBLE); "
+        "data row 3, column 'score': 'n/a' is not a number (DOUBLE)"
+    )
+
+
 def test_overwrite_is_a_replace_import_and_an_admin_may_commit_it_without_review(server: Server) -> None:
     """Seed 000's overwrite: ``mode=replace`` is reviewed like any import; ``?review=false`` is admins' only."""
     assert _create(server, "swap", _csv(5)).status_code == 201

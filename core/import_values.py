@@ -38,11 +38,12 @@ _NON_FINITE_HINT = "NaN and Infinity are off for this dataset: oreo dataset set 
 
 @dataclass(frozen=True)
 class BadValue:
-    """One file value its table column cannot hold; ``why`` quotes the value."""
+    """One file value its table column cannot hold."""
 
     row: int  # the data row, from 1
     column: str
-    why: str
+    shown: str  # the value as the message quotes it
+    reason: str  # what is wrong with it, e.g. "is not a number (DOUBLE)"
 
 
 @dataclass
@@ -53,10 +54,10 @@ class _Found:
     counts: dict[str, int] = field(default_factory=dict)
     hints: list[str] = field(default_factory=list)
 
-    def add(self, row: int, column: str, why: str) -> None:
+    def add(self, row: int, column: str, shown: str, reason: str) -> None:
         self.counts[column] = self.counts.get(column, 0) + 1
         if self.counts[column] <= SHOWN:
-            self.values.append(BadValue(row, column, why))
+            self.values.append(BadValue(row, column, shown, reason))
 
     def add_counted(self, column: str, total: int) -> None:
         """Columns checked in SQL fetch only the first ``SHOWN`` rows; this records how many there were."""
@@ -129,19 +130,21 @@ def refuse_csv_decimals(table: pa.Table, decimals: dict[str, pa.DataType], file_
     for name, t in decimals.items():
         duck_type = f"DECIMAL({t.precision},{t.scale})"
         for row, value in enumerate(table.column(name).to_pylist(), start=1):
-            why = _unfit(value, name, duck_type)
-            if why is not None:
-                found.add(row, name, why)
+            reason = _unfit(value, name, duck_type)
+            if reason is not None:
+                found.add(row, name, repr(value), reason)
     if found.counts:
         raise _refusal(found, file_name, [])
 
 
-def _unfit(value: object, column: str, duck_type: str, *, allow_non_finite: bool = False) -> str | None:
-    """Why ``value`` does not fit ``duck_type`` (the value quoted), or None when it fits."""
+def _unfit(value: str, column: str, duck_type: str, *, allow_non_finite: bool = False) -> str | None:
+    """Why ``value`` does not fit ``duck_type`` ("is not a number (DOUBLE)"), or None when it fits."""
     try:
         check_value(value, column=column, duck_type=duck_type, allow_non_finite=allow_non_finite)
     except InvalidInput as exc:
-        return str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
+        # check_value says "<where>: <the value quoted> <why>; nothing was saved".
+        why = str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
+        return why.removeprefix(repr(value)).strip()
     return None
 
 
@@ -161,11 +164,11 @@ def _text_values(converted: Location, in_file: str, c: ColumnPlan, found: _Found
     )
     while batch := result.fetchmany(_FETCH):
         for row, value, uncastable in batch:
-            why = _unfit(value, c.name, duck_type, allow_non_finite=allow_non_finite)
-            if why is None and uncastable:
-                why = f"{value!r} is not a valid {duck_type}"
-            if why is not None:
-                found.add(int(row) + 1, c.name, why)
+            reason = _unfit(value, c.name, duck_type, allow_non_finite=allow_non_finite)
+            if reason is None and uncastable:
+                reason = f"is not a valid {duck_type}"
+            if reason is not None:
+                found.add(int(row) + 1, c.name, repr(value), reason)
 
 
 def _matching(
@@ -187,35 +190,31 @@ def _matching(
     duck_type = schema.to_duckdb(str(c.table_type))
     for row, value, _ in rows:
         if non_finite:
-            why = f"{value} is not a finite number"
+            shown, reason = value, "is not a finite number"
             if _NON_FINITE_HINT not in found.hints:
                 found.hints.append(_NON_FINITE_HINT)
         else:
-            why = _unfit(value, c.name, duck_type) or (
-                f"{value} does not fit {c.table_type} exactly (the file's {c.file_type} may have rounded it)"
-            )
-        found.add(int(row) + 1, c.name, why)
+            unfit = _unfit(value, c.name, duck_type)
+            shown = value if unfit is None else repr(value)
+            reason = unfit or f"does not fit {c.table_type} exactly (the file's {c.file_type} may have rounded it)"
+        found.add(int(row) + 1, c.name, shown, reason)
     found.add_counted(c.name, int(rows[0][2]))
 
 
 def _refusal(found: _Found, file_name: str, columns: list[ColumnPlan]) -> InvalidInput:
-    """One line: the bad values in file order (at most ``SHOWN``), how many more, the columns' types."""
+    """One line: the bad values (the first ``SHOWN`` in file order) by column and reason, how many more, the types."""
     total = sum(found.counts.values())
     order = {name: i for i, name in enumerate(found.counts)}
     shown = sorted(found.values, key=lambda b: (b.row, order[b.column]))[:SHOWN]
-    listed = "; ".join(f"data row {b.row}, column {b.column!r}: {b.why}" for b in shown)
     if total == 1:
-        text = f"{file_name} {listed}"
+        [bad] = shown
+        text = f"{file_name} data row {bad.row}, column {bad.column!r}: {bad.shown} {bad.reason}"
     else:
         names = list(found.counts)
-        where = (
-            f"column {names[0]!r}"
-            if len(names) == 1
-            else "columns " + ", ".join(f"{name!r} ({found.counts[name]:,})" for name in names)
-        )
-        text = f"{file_name} has {total:,} values its table cannot hold, in {where}: {listed}"
-        if total > len(shown):
-            text += f"; and {total - len(shown):,} more"
+        where = ""
+        if len(names) > 1:
+            where = " in columns " + ", ".join(f"{name!r} ({found.counts[name]:,})" for name in names)
+        text = f"{file_name} has {total:,} values its table cannot hold{where}: {_grouped(shown, found.counts)}"
     typed = [c for c in columns if c.name in found.counts and c.status == "incompatible" and c.file_type == "string"]
     clauses = list(found.hints)
     if len(typed) == 1:
@@ -226,3 +225,24 @@ def _refusal(found: _Found, file_name: str, columns: list[ColumnPlan]) -> Invali
     if clauses:
         text += " (" + "; ".join(clauses) + ")"
     return InvalidInput(f"{text}; nothing was imported", field=next(iter(found.counts)))
+
+
+def _grouped(shown: list[BadValue], counts: dict[str, int]) -> str:
+    """``column 'a', not a number (DOUBLE): data rows 2 ('x'), 4 ('y') and 3 more; column 'b', ...``."""
+    groups: dict[tuple[str, str], list[BadValue]] = {}
+    for bad in sorted(shown, key=lambda b: list(counts).index(b.column)):
+        groups.setdefault((bad.column, bad.reason), []).append(bad)
+    last = {column: (column, reason) for column, reason in groups}  # a column's last group says how many more
+    parts = []
+    for (column, reason), values in groups.items():
+        what = reason.removeprefix("is ")
+        if "; " in what:  # "not a whole number; BIGINT would round it"
+            what = what.replace("; ", " (", 1) + ")"
+        rows = ", ".join(f"{b.row} ({b.shown})" for b in values)
+        part = f"column {column!r}, {what}: data row{'s' if len(values) > 1 else ''} {rows}"
+        if last[column] == (column, reason):
+            more = counts[column] - sum(1 for b in shown if b.column == column)
+            if more:
+                part += f" and {more:,} more"
+        parts.append(part)
+    return "; ".join(parts)

@@ -482,9 +482,8 @@ def test_an_import_with_bad_values_names_each_of_them(server: Server, people: st
         refused = c.post(f"/api/v1/projects/demo/datasets/{people}/imports", files=upload)
     _assert_error(refused, 400, "invalid_input")
     assert refused.json()["error"]["message"].startswith(
-        "bad.csv has 2 values its table cannot hold, in column 'score': "
-        "data row 2, column 'score': 'lots' is not a number (DOUBLE); "
-        "data row 3, column 'score': 'n/a' is not a number (DOUBLE)"
+        "bad.csv has 2 values its table cannot hold: "
+        "column 'score', not a number (DOUBLE): data rows 2 ('lots'), 3 ('n/a')"
     )
 
 

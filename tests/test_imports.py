@@ -599,9 +599,9 @@ def test_one_bad_row_names_each_bad_value_and_only_its_columns_in_core_and_the_c
         tmp_path, "row.csv", "id,name,zip,age,score\n30,a,00001,31,1.5\n31,b,00002,thirty,n/a\n32,c,00003,33,2.5\n"
     )
     values = (
-        r"row\.csv has 2 values its table cannot hold, in columns 'age' \(1\), 'score' \(1\): "
-        r"data row 2, column 'age': 'thirty' is not a number \(BIGINT\); "
-        r"data row 2, column 'score': 'n/a' is not a number \(DOUBLE\)"
+        r"row\.csv has 2 values its table cannot hold in columns 'age' \(1\), 'score' \(1\): "
+        r"column 'age', not a number \(BIGINT\): data row 2 \('thirty'\); "
+        r"column 'score', not a number \(DOUBLE\): data row 2 \('n/a'\)"
     )
 
     with pytest.raises(InvalidInput, match=values) as refused:

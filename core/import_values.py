@@ -93,7 +93,7 @@ def check_file_values(
     checked = []
     for c in columns:
         in_file = spelled.get(c.name.lower())
-        if in_file is None or c.file_type is None or c.table_type is None:
+        if in_file is None or c.file_type is None:  # a table column the file lacks
             checked.append(c)
             continue
         if c.file_type in _FLOATS and c.table_type in schema.INTEGER_TYPES and c.status == "incompatible":
@@ -107,7 +107,9 @@ def check_file_values(
             _matching(converted, in_file, c, f"abs(CAST(v AS HUGEINT)) > {_WHOLE_LIMIT[c.table_type]}", found)
         elif c.file_type == "string" and c.status == "incompatible":
             _text_values(converted, in_file, c, found, allow_non_finite=allow_non_finite)
-        if c.file_type in _FLOATS and c.table_type in _FLOATS and not allow_non_finite:
+        # A whole-number column's check above refuses NaN and ±Infinity already; a new column is checked too.
+        whole = c.table_type in schema.INTEGER_TYPES
+        if c.file_type in _FLOATS and c.status != "incompatible" and not whole and not allow_non_finite:
             _matching(converted, in_file, c, "NOT isfinite(v)", found, non_finite=True)
         checked.append(c)
     if found.counts:

@@ -80,6 +80,12 @@ def test_non_finite_values_are_all_named_with_the_setting_once(tmp_path: Path) -
     assert [(c.name, c.status) for c in allowed if c.file_type is not None] == [("id", "same"), ("spend", "same")]
 
 
+def test_a_new_floating_column_refuses_non_finite_values_too(tmp_path: Path) -> None:
+    file = pa.table({"id": [1, 2], "ratio": [0.5, float("-inf")]})
+    with pytest.raises(InvalidInput, match=r"people.csv data row 2, column 'ratio': -inf is not a finite number"):
+        _check(tmp_path, file)
+
+
 def test_a_text_column_whose_values_all_fit_is_left_to_the_type_check(tmp_path: Path) -> None:
     """A Parquet column typed as text, of numbers: no bad value, so the column is refused by type, not by value."""
     columns = _check(tmp_path, pa.table({"id": ["1", "2"], "spend": [" 3.5", "4"]}))

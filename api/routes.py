@@ -27,6 +27,7 @@ from core import (
     documents,
     engine,
     history,
+    import_folders,
     imports,
     maintenance,
     merge,
@@ -511,14 +512,16 @@ def import_file(
     request: Request,
     user: Caller,
     file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
-    path: Annotated[str | None, Form(description="Instead of file: a file on the server (admins)")] = None,
+    path: Annotated[
+        str | None, Form(description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)")
+    ] = None,
     mode: Annotated[str, Form(description="append, upsert or replace (seed 000's overwrite)")] = "append",
     key: Annotated[str | None, Form()] = None,
     sheet: Annotated[str | None, Form()] = None,
     title: Annotated[str | None, Form()] = None,
     review: Annotated[bool, Query(description="false: an admin's direct commit, merged at once and audited")] = True,
 ) -> Response:
-    """Import a file as a change request (multipart upload, or ``path`` on the server for admins)."""
+    """Import a file as a change request (multipart upload, or ``path`` on the server: ``core.import_folders``)."""
     catalog = _catalog()
     if (file is None) == (path is None):
         raise InvalidInput("send exactly one of file (a multipart upload) or path (a file on the server)", field="file")
@@ -527,8 +530,7 @@ def import_file(
         source = stack.enter_context(imports.saved_upload(file.file, file.filename or "upload"))
         fingerprint: Any = {"file": _file_digest(source)}
     else:
-        auth.require_role(catalog, user, project_id, auth.Role.ADMIN, action="import a file from the server's disk")
-        source = Path(str(path))
+        source = import_folders.server_file(str(path), actor=user)  # refused before the file is opened
         fingerprint = {"path": str(path)}
     fingerprint.update(mode=mode, key=key, sheet=sheet, title=title, review=review)
 

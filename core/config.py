@@ -46,6 +46,16 @@ def _hosts(name: str) -> tuple[str, ...]:
     return tuple(n for n in names if n)
 
 
+def _folders(name: str) -> tuple[Path, ...]:
+    """Absolute folders separated by ``os.pathsep`` or commas; unset or empty: none."""
+    parts = (part.strip() for chunk in os.environ.get(name, "").split(os.pathsep) for part in chunk.split(","))
+    folders = tuple(Path(part).expanduser() for part in parts if part)
+    for folder in folders:
+        if not folder.is_absolute():
+            raise InvalidInput(f"setting {name} must list absolute folders, got {str(folder)!r}", field=name)
+    return folders
+
+
 def _group_roles(raw: str) -> dict[str, tuple[str, ...]]:
     if not raw.strip():
         return {}
@@ -74,6 +84,8 @@ class Settings:
     web_session_idle_hours: int = 12
     web_session_max_days: int = 7
     import_ttl_hours: int = 24
+    # Folders a site admin may import from by server path over the API (core.import_folders); none: uploads only.
+    import_folders: tuple[Path, ...] = ()
     restore_window_days: int = 90
     small_file_mb: int = 1
     read_cache_mb: int = 2048
@@ -119,6 +131,7 @@ class Settings:
             web_session_idle_hours=_int("OREO_SESSION_IDLE_HOURS", 12),
             web_session_max_days=_int("OREO_SESSION_MAX_DAYS", 7),
             import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
+            import_folders=_folders("OREO_IMPORT_FOLDERS"),
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),
             small_file_mb=_int("OREO_SMALL_FILE_MB", 1),
             read_cache_mb=_int("OREO_READ_CACHE_MB", 2048),

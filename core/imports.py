@@ -94,11 +94,11 @@ from core.errors import (
     PermissionDenied,
     ValidationFailed,
 )
+from core.import_values import check_file_values, refuse_csv_decimals
 from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
 from core.layout import new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
 from core.storage import Location, arrow_target, location, remove_tree, spark_uri
-from core.values import check_value
 
 Mode = Literal["append", "upsert", "replace"]
 MODES: tuple[Mode, ...] = ("append", "upsert", "replace")
@@ -338,7 +338,7 @@ def _decimals_valid(table: pa.Table, csv_types: dict[str, pa.DataType]) -> bool:
 
 
 def _refuse_csv_decimals(data: bytes, csv_types: dict[str, pa.DataType], file_name: str) -> None:
-    """Name the first CSV value a decimal column cannot hold exactly (pyarrow's error names neither row nor value).
+    """Name every CSV value a decimal column cannot hold exactly, up to a limit (pyarrow names neither row nor value).
 
     ``data`` is the file as read once, bounded, by ``store_upload``; the file is not read again.
     """
@@ -359,16 +359,7 @@ def _refuse_csv_decimals(data: bytes, csv_types: dict[str, pa.DataType], file_na
         )
     except pa.ArrowInvalid:
         return  # the file is broken some other way; the reader's own error says how
-    for name, t in decimals.items():
-        duck_type = f"DECIMAL({t.precision},{t.scale})"
-        for row, value in enumerate(table.column(name).to_pylist(), start=1):
-            try:
-                check_value(value, column=name, duck_type=duck_type)
-            except InvalidInput as exc:
-                why = str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
-                raise InvalidInput(
-                    f"{file_name} data row {row}, column {name!r}: {why}; nothing was imported", field=name
-                ) from exc
+    refuse_csv_decimals(table, decimals, file_name)
 
 
 def get_upload(catalog: Catalog, project_id: str, dataset_id: str, upload_id: str, *, actor: User) -> Upload:
@@ -431,7 +422,8 @@ def plan_import(
     """Check that ``upload`` can go into its table in ``mode`` (see the module docstring).
 
     Raises:
-        InvalidInput: Unknown mode; an incompatible column type (named, with both types);
+        InvalidInput: Unknown mode; values the table's columns cannot hold (each named, with
+            its data row: ``core.import_values``); an incompatible column type (named, with both types);
             a missing, unusable or ambiguous key; a reserved ``row_id`` column; (replace) a
             table column the file lacks.
         ValidationFailed: Empty or duplicate keys in the file, or (append) keys the table has.
@@ -440,7 +432,10 @@ def plan_import(
         raise InvalidInput(_UNKNOWN_MODE.format(mode=mode), field="mode")
     dataset, columns = compare_with_table(catalog, upload, actor=actor)
     allow_non_finite = dataset_settings(upload.project_id, upload.dataset_id).allow_non_finite
-    columns = _check_values(upload, columns, allow_non_finite=allow_non_finite)
+    file_columns = [name for name, _ in upload.columns]
+    columns = check_file_values(
+        upload.converted, upload.file_name, file_columns, columns, allow_non_finite=allow_non_finite
+    )
     schema.refuse_incompatible(columns, source=upload.file_name)
     file_names = {n.lower(): n for n, _ in upload.columns}
     dataset_key = dataset.key_column
@@ -566,73 +561,6 @@ def _check_keys(upload: Upload, column: str) -> None:
         row_ids_for(values, column)
     except ValidationFailed as exc:
         raise ValidationFailed(f"{upload.file_name}: {exc}", offending=exc.offending) from exc
-
-
-_FLOATS = ("float", "double")
-_WHOLE_LIMIT = {"double": 2**53, "float": 2**24}  # beyond these, not every integer has a float
-
-
-def _check_values(upload: Upload, columns: list[ColumnPlan], *, allow_non_finite: bool) -> list[ColumnPlan]:
-    """Refuse a file value its table column would not hold exactly; ``columns`` as they may go in.
-
-    Types alone are not enough: a whole-number column takes a file's floating column only
-    if every value is whole and in range (then it is a ``cast``), an integer goes into a
-    floating column only if that float holds it, and NaN and ±Infinity only where the
-    dataset allows them. The message names the data row, the column and the value.
-
-    Raises:
-        InvalidInput: The first value that would land altered.
-    """
-    checked = []
-    for c in columns:
-        if c.file_type in _FLOATS and c.table_type in schema.INTEGER_TYPES and c.status == "incompatible":
-            # ``check_value`` refuses whole numbers beyond the float's exact range too: the
-            # float the file was parsed into may already have rounded them.
-            limit = _WHOLE_LIMIT[c.file_type]
-            _refuse_first(upload, c, f"v IS NOT NULL AND (NOT isfinite(v) OR v <> trunc(v) OR abs(v) > {limit})")
-            c = ColumnPlan(c.name, "cast", c.file_type, c.table_type)
-        elif c.file_type in schema.INTEGER_TYPES and c.table_type in _FLOATS and c.status == "cast":
-            _refuse_first(upload, c, f"abs(CAST(v AS HUGEINT)) > {_WHOLE_LIMIT[str(c.table_type)]}")
-        if c.file_type in _FLOATS and c.status != "incompatible" and not allow_non_finite:
-            _refuse_first(upload, c, "NOT isfinite(v)", non_finite=True)
-        checked.append(c)
-    return checked
-
-
-def _refuse_first(upload: Upload, c: ColumnPlan, condition: str, *, non_finite: bool = False) -> None:
-    """Raise for the file's first value of ``c`` matching ``condition`` (over ``v``), if any."""
-    in_file = next(n for n, _ in upload.columns if n.lower() == c.name.lower())
-    found = (
-        reads.cursor()
-        .execute(
-            f"SELECT file_row_number, CAST(v AS VARCHAR) FROM (SELECT file_row_number, {reads.quote_ident(in_file)} "
-            f"AS v FROM read_parquet(?, file_row_number = true)) WHERE {condition} ORDER BY file_row_number LIMIT 1",
-            [str(upload.converted)],
-        )
-        .fetchone()
-    )
-    if found is None:
-        return
-    row, value = int(found[0]) + 1, str(found[1])
-    duck_type = "DOUBLE" if c.table_type == "double" else str(c.table_type).upper()
-    duck_type = {"INT": "INTEGER"}.get(duck_type, duck_type)
-    where = f"{upload.file_name} data row {row}, column {c.name!r}"
-    if non_finite:
-        raise InvalidInput(
-            f"{where}: {value} is not a finite number and NaN/Infinity are off for this dataset "
-            "(oreo dataset set --allow-non-finite true); nothing was imported",
-            field=c.name,
-        )
-    try:
-        check_value(value, column=c.name, duck_type=duck_type)
-    except InvalidInput as exc:
-        why = str(exc).split(": ", 1)[1].rsplit("; nothing was saved", 1)[0]
-        raise InvalidInput(f"{where}: {why}; nothing was imported", field=c.name) from exc
-    raise InvalidInput(
-        f"{where}: {value} does not fit {c.table_type} exactly (the file's {c.file_type} may have rounded it); "
-        "nothing was imported",
-        field=c.name,
-    )
 
 
 def _refuse_existing_keys(upload: Upload, dataset: DatasetInfo, column: str) -> None:

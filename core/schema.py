@@ -157,6 +157,14 @@ def from_duckdb(duck_type: str) -> str:
     return duck_type.lower()  # lists, structs...: compared as written
 
 
+def to_duckdb(spark_type: str) -> str:
+    """The DuckDB name of a column type named as Spark names it (``from_duckdb``'s inverse)."""
+    match = _DECIMAL.fullmatch(spark_type)
+    if match:
+        return f"DECIMAL({match[1]},{match[2]})"
+    return next((duck for duck, spark in _DUCK_TO_SPARK.items() if spark == spark_type), spark_type.upper())
+
+
 def from_arrow(arrow_type: pa.DataType) -> str:
     """The Spark name of an Arrow type (``null`` for a column with no values at all)."""
     t = arrow_type

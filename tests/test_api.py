@@ -77,8 +77,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "OREO_DATABASE_URL": url,
         "OREO_SPARK_SHUFFLE_PARTITIONS": "2",
         "OREO_MAX_UPLOAD_MB": "500",
+        "OREO_IMPORT_FOLDERS": str(base / "server-files"),
         "PYTHONPATH": str(ROOT),
     }
+    (base / "server-files").mkdir()
     env.pop("SPARK_REMOTE", None)
     catalog = Catalog(url)
     catalog.upgrade()
@@ -88,7 +90,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         auth.create_user(catalog, name, password="password123")
         auth.add_member(catalog, "demo", name, role)
     auth.add_member(catalog, "other", "ed", "editor")
-    minted = {name: tokens.create_token(catalog, name).secret for name in ("ed", "ap", "boss")}
+    auth.create_user(catalog, "site", password="password123", site_admin=True)
+    minted = {name: tokens.create_token(catalog, name).secret for name in ("ed", "ap", "boss", "site")}
     port = _free_port()
     log = (base / "server.log").open("wb")
     process = subprocess.Popen(
@@ -371,9 +374,7 @@ def test_concurrent_retries_with_one_key_merge_once(server: Server, people: str)
     assert _merge_commits(server, people, cr_id) == 1
 
 
-def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
-    server: Server, people: str, tmp_path: Path
-) -> None:
+def test_imports_upload_a_file_or_name_one_on_the_server_for_site_admins(server: Server, people: str) -> None:
     rows = b"id,name,score\n200,imported a,1.5\n201,imported b,2.5\n"
     imports = f"/api/v1/projects/demo/datasets/{people}/imports"
     with server.client("ed", **{"Idempotency-Key": "import-1"}) as c:
@@ -391,13 +392,15 @@ def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
         listed = c.get("/api/v1/change-requests", params={"project": "demo", "dataset": people, "state": "open"})
     imported = [r["cr_id"] for r in listed.json()["change_requests"] if r["kind"] == "import"]
     assert imported == [answers[0].json()["cr_id"]]
-    on_disk = tmp_path / "two.csv"
+    on_disk = Path(server.env["OREO_IMPORT_FOLDERS"]) / "two.csv"
     on_disk.write_bytes(rows)
     with server.client("ed") as c:
         _assert_error(c.post(imports, data={"path": str(on_disk)}), 403, "permission_denied")
         _assert_error(c.post(imports, data={"title": "nothing"}), 400, "invalid_input")
         c.post(f"/api/v1/change-requests/{answers[0].json()['cr_id']}/withdraw")
-    with server.client("boss", Prefer="respond-async") as c:
+    with server.client("boss") as c:  # a project admin is not a site admin
+        _assert_error(c.post(imports, data={"path": str(on_disk)}), 403, "permission_denied")
+    with server.client("site", Prefer="respond-async") as c:
         started = c.post(imports, data={"path": str(on_disk), "title": "from the server"})
         assert started.status_code == 202, started.text
         deadline = time.monotonic() + 600
@@ -406,8 +409,82 @@ def test_imports_upload_a_file_or_name_one_on_the_server_for_admins(
             time.sleep(0.5)
     assert polled["state"] == "succeeded", polled
     assert polled["result"]["state"] == "open"
-    with server.client("boss") as c:
+    with server.client("site") as c:
         c.post(f"/api/v1/change-requests/{polled['result']['cr_id']}/withdraw")
+
+
+def _staged_and_uploaded(server: Server, project: str, dataset: str) -> list[str]:
+    root = server.data_root / "projects" / project / "datasets" / dataset
+    return sorted(str(p.relative_to(root)) for sub in ("staging", "imports") for p in (root / sub).glob("*"))
+
+
+def test_nobody_imports_a_server_file_outside_the_import_folders(server: Server) -> None:
+    """Issue 25 §1: p2's admin named demo's kept upload by path and read demo's rows back."""
+    projects.create_project(server.catalog, "p2")
+    auth.create_user(server.catalog, "p2boss", password="password123")
+    auth.add_member(server.catalog, "p2", "p2boss", "admin")
+    server.tokens["p2boss"] = server.token("p2boss")
+    files = []
+    for ids in ([1, 2], [3, 4]):
+        sink = io.BytesIO()
+        emails = [f"alice{i}@example.com" for i in ids]
+        pq.write_table(pa.table({"id": ids, "email": emails, "name": ["Alice"] * 2}), sink)
+        files.append(sink.getvalue())
+    with server.client("boss") as c:
+        made = c.post(
+            "/api/v1/projects/demo/datasets", data={"dataset_id": "customers2", "key": "id"},
+            files={"file": ("c.parquet", files[0], "application/vnd.apache.parquet")},
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+        kept = c.post(
+            "/api/v1/projects/demo/datasets/customers2/imports",
+            files={"file": ("more.parquet", files[1], "application/vnd.apache.parquet")},
+        )
+        assert kept.status_code == 201, kept.text  # an open request keeps demo's upload on disk
+    with server.client("p2boss") as c:
+        made = c.post(
+            "/api/v1/projects/p2/datasets", data={"dataset_id": "secret", "key": "id"},
+            files={"file": ("s.csv", b"id,email,name\n9,x@example.com,X\n", "text/csv")},
+        )  # fmt: skip
+        assert made.status_code == 201, made.text
+    raw = sorted((server.data_root / "projects/demo/datasets/customers2/imports").glob("*/raw.parquet"))[-1]
+    folder = Path(server.env["OREO_IMPORT_FOLDERS"])
+    (folder / "innocent.parquet").symlink_to(raw)
+    before = _staged_and_uploaded(server, "p2", "secret")
+    imports = "/api/v1/projects/p2/datasets/secret/imports"
+    attempts = {
+        "p2boss": [str(raw), str(folder / "innocent.parquet")],
+        "site": [str(raw), f"{folder}/../delta/{raw.relative_to(server.data_root)}", str(folder / "innocent.parquet")],
+    }
+    for who, paths in attempts.items():
+        for named in paths:
+            for prefer in ("", "respond-async"):
+                with server.client(who, Prefer=prefer) as c:
+                    refused = c.post(imports, data={"path": named, "title": "theirs"})
+                _assert_error(refused, 403, "permission_denied")
+                message = refused.json()["error"]["message"]
+                assert named in message and "alice" not in message.lower(), message
+    assert _staged_and_uploaded(server, "p2", "secret") == before
+    with server.client("p2boss") as c:
+        listed = c.get("/api/v1/change-requests", params={"project": "p2", "dataset": "secret"}).json()
+        rows = c.get("/api/v1/projects/p2/datasets/secret/rows").json()["rows"]
+    assert listed["change_requests"] == []
+    assert [r["email"] for r in rows] == ["x@example.com"]
+    with server.client("boss") as c:
+        c.post(f"/api/v1/change-requests/{kept.json()['cr_id']}/withdraw")
+
+
+def test_an_import_with_bad_values_names_each_of_them(server: Server, people: str) -> None:
+    """Issue 24 §6: the API answers with the message the CLI prints: every bad value, its row and column."""
+    bad = b"id,name,score\n300,a,1.5\n301,b,lots\n302,c,n/a\n"
+    with server.client("ed") as c:
+        upload = {"file": ("bad.csv", bad, "text/csv")}
+        refused = c.post(f"/api/v1/projects/demo/datasets/{people}/imports", files=upload)
+    _assert_error(refused, 400, "invalid_input")
+    assert refused.json()["error"]["message"].startswith(
+        "bad.csv has 2 values its table cannot hold: "
+        "column 'score', not a number (DOUBLE): data rows 2 ('lots'), 3 ('n/a')"
+    )
 
 
 def test_overwrite_is_a_replace_import_and_an_admin_may_commit_it_without_review(server: Server) -> None:

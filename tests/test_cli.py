@@ -669,6 +669,29 @@ def test_the_default_order_survives_a_merge(capsys, data_root: Path, tmp_path: P
     assert [r["row_id"] for r in overlaid("--order-by", "name", "--desc", "--limit", "1")["rows"]] == ["3"]
 
 
+@pytest.mark.spark
+def test_the_cli_reads_local_files_outside_the_import_folders(  # type: ignore[no-untyped-def]
+    capsys, data_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 §1: OREO_IMPORT_FOLDERS confines remote callers; the operator's CLI reads its own files."""
+    monkeypatch.setenv("OREO_IMPORT_FOLDERS", str(tmp_path / "import-folder"))
+    get_settings.cache_clear()
+    first, more = tmp_path / "first.csv", tmp_path / "more.csv"
+    first.write_text("id,name\n1,a\n")
+    more.write_text("id,name\n2,b\n")
+    for setup in (
+        ["project", "create", "demo"],
+        ["user", "add", "ed"],
+        ["member", "add", "demo", "ed", "--role", "editor"],
+    ):
+        assert run(capsys, *setup).code == 0
+    created = run(capsys, "dataset", "create", "demo", "d", "--file", str(first), "--key", "id")
+    assert created.code == 0, created.err
+    appended = run(capsys, "--json", "append", "demo", "d", "--file", str(more), "--as", "ed")
+    assert appended.code == 0, appended.err
+    assert appended.json()["added"] == 1
+
+
 def test_python_m_cli_main_keeps_json_for_sub_apps(tmp_path: Path) -> None:
     """``python -m cli.main --json`` reaches sub-apps (they import ``cli.main``) as JSON, not text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OREO_")}

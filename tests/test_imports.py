@@ -589,6 +589,28 @@ def test_cli_append_refuses_bad_input_with_one_error_line(
     _assert_nothing_left(catalog)
 
 
+def test_one_bad_row_names_each_bad_value_and_only_its_columns_in_core_and_the_cli(
+    catalog: Catalog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24 §6: each bad value with its row, column and value; the row's good columns are not named."""
+    from tests.test_cli import assert_one_error_line, run
+
+    source = _file(
+        tmp_path, "row.csv", "id,name,zip,age,score\n30,a,00001,31,1.5\n31,b,00002,thirty,n/a\n32,c,00003,33,2.5\n"
+    )
+    values = (
+        r"row\.csv has 2 values its table cannot hold in columns 'age' \(1\), 'score' \(1\): "
+        r"column 'age', not a number \(BIGINT\): data row 2 \('thirty'\); "
+        r"column 'score', not a number \(DOUBLE\): data row 2 \('n/a'\)"
+    )
+
+    with pytest.raises(InvalidInput, match=values) as refused:
+        imports.import_file(catalog, "demo", "people", source, actor=get_user(catalog, "ed"))
+    assert not any(f"'{other}'" in str(refused.value) for other in ("id", "name", "zip"))
+    assert_one_error_line(run(capsys, "append", "demo", "people", "--file", str(source), "--as", "ed"), values)
+    _assert_nothing_left(catalog)
+
+
 def test_resubmit_plans_the_upload_again_on_the_current_version(catalog: Catalog, tmp_path: Path) -> None:
     ed, eve = get_user(catalog, "ed"), get_user(catalog, "eve")
     source = _file(tmp_path, "fix.csv", "id,name\n6,from file\n7,also from file\n")

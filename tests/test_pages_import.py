@@ -249,6 +249,20 @@ def test_a_type_the_table_cannot_take_is_marked_and_blocks_submit(workspace: Cat
     assert at.button(key="import_submit").disabled
 
 
+def test_bad_values_are_each_named_and_block_submit(workspace: Catalog) -> None:
+    """Issue 24 §6: the page shows the message the CLI prints, naming only the column that has bad values."""
+    at = _upload(_page(), "bad-rows.csv", b"order_id,plan,amount\n2000,pro,1.5\n2001,free,about ten\n2002,pro,n/a\n")
+
+    assert len(at.error) == 1
+    message = at.error[0].value
+    assert message.startswith(
+        "bad-rows.csv has 2 values its table cannot hold: "
+        "column 'amount', not a number (DOUBLE): data rows 2 ('about ten'), 3 ('n/a')"
+    )
+    assert "'plan'" not in message and "'order_id'" not in message
+    assert at.button(key="import_submit").disabled
+
+
 def test_xlsx_with_several_sheets_asks_which_one_before_reading(
     workspace: Catalog, reads_of_files: list[dict[str, Any]]
 ) -> None:

@@ -77,7 +77,7 @@ def _show_proposal(proposal: datasets.RuleProposal, project_id: str, dataset_id:
     ):
         chosen = [name for name in applicable if st.session_state.get(f"{TAKE}{name}")]
         _accept(project_id, dataset_id, chosen, proposal)
-    if all_col.button("Accept all", key="rules_accept_all", icon=":material/done_all:", disabled=not applicable):
+    if all_col.button("Accept all", key="rules_accept_all", icon=":material/done_all:"):
         _accept(project_id, dataset_id, None, proposal)
     if discard_col.button("Discard", key="rules_discard", icon=":material/close:"):
         _forget_proposal()

@@ -6,6 +6,7 @@ Rules inferred from the data are a proposal, applied only as far as the admin ac
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import streamlit as st
@@ -26,9 +27,9 @@ def _forget_proposal() -> None:
         del st.session_state[key]
 
 
-def _accept(project_id: str, dataset_id: str, names: list[str] | None, proposal: datasets.RuleProposal) -> None:
+def _accept(proposal: datasets.RuleProposal, names: list[str] | None, actor: auth.User) -> None:
     result = datasets.accept_proposed_rules(
-        catalog(), project_id, dataset_id, actor=user, names=names, proposal=proposal
+        catalog(), proposal.project_id, proposal.dataset_id, actor=actor, names=names, proposal=proposal
     )
     _forget_proposal()
     inferred = sum(rules.is_inferred(e) for e in result.suite.get("expectations", []))
@@ -40,7 +41,7 @@ def _accept(project_id: str, dataset_id: str, names: list[str] | None, proposal:
     st.rerun()
 
 
-def _show_proposal(proposal: datasets.RuleProposal, project_id: str, dataset_id: str) -> None:
+def _show_proposal(proposal: datasets.RuleProposal, actor: auth.User) -> None:
     """The proposal beside the current rules: a checkbox for each line accepting would apply."""
     counts = ", ".join(f"{n} {status}" for status, n in proposal.counts().items() if n)
     st.subheader(f"Proposal from version {proposal.version}", anchor=False)
@@ -63,22 +64,22 @@ def _show_proposal(proposal: datasets.RuleProposal, project_id: str, dataset_id:
             current.markdown(_cell(line.current))
             proposed.markdown(_cell(line.proposed))
             icon = STATUS_ICONS.get(line.status, ":material/lock:")
-            change.markdown(f"{icon} {line.change}")
+            change.markdown(f"{icon} {_md(line.change)}")
         if not shown:
             st.markdown("Every proposed rule is already in the suite as proposed.")
     same = [line for line in proposal.lines if line.status == "same"]
     if same:
         with st.expander(f"{len(same)} proposed rule(s) already in the suite as proposed"):
-            st.markdown("\n".join(f"- {rules.describe(line.proposed or {})}" for line in same))
+            st.markdown("\n".join(f"- {_md(rules.describe(line.proposed or {}))}" for line in same))
     applicable = [line.name for line in proposal.lines if line.status in rules.APPLIED]
     selected_col, all_col, discard_col = st.columns([1, 1, 1])
     if selected_col.button(
         "Accept selected", key="rules_accept_selected", icon=":material/check:", disabled=not applicable
     ):
         chosen = [name for name in applicable if st.session_state.get(f"{TAKE}{name}")]
-        _accept(project_id, dataset_id, chosen, proposal)
+        _accept(proposal, chosen, actor)
     if all_col.button("Accept all", key="rules_accept_all", icon=":material/done_all:"):
-        _accept(project_id, dataset_id, None, proposal)
+        _accept(proposal, None, actor)
     if discard_col.button("Discard", key="rules_discard", icon=":material/close:"):
         _forget_proposal()
         flash("Proposal discarded: no rule changed.", kind="info")
@@ -88,7 +89,12 @@ def _show_proposal(proposal: datasets.RuleProposal, project_id: str, dataset_id:
 def _cell(item: dict | None) -> str:  # type: ignore[type-arg]
     if item is None:
         return "—"
-    return f"{rules.describe(item)} · {item.get('severity', 'critical')}"
+    return f"{_md(rules.describe(item))} · {item.get('severity', 'critical')}"
+
+
+def _md(text: str) -> str:
+    """``text`` shown as written: a regular expression or a value set may hold Markdown's marks."""
+    return re.sub(r"([\\`*_{}\[\]()#+!|~<>$])", r"\\\1", text)
 
 
 user = require_user()
@@ -190,7 +196,7 @@ with oreo_errors():
     proposal = st.session_state.get(PROPOSAL)
     if isinstance(proposal, datasets.RuleProposal):
         if (proposal.project_id, proposal.dataset_id) == (project_id, dataset_id):
-            _show_proposal(proposal.against(suite), project_id, dataset_id)
+            _show_proposal(proposal.against(suite), user)
         else:
             _forget_proposal()  # made for another dataset
 

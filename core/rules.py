@@ -304,19 +304,33 @@ def _same(current: dict[str, Any], proposed: dict[str, Any]) -> bool:
     )
 
 
+# How a changed argument reads: "maximum 500 → 22".
+_ARGUMENTS = {"min_value": "minimum", "max_value": "maximum", "regex": "shape"}
+
+
 def _difference(current: dict[str, Any], proposed: dict[str, Any]) -> str:
-    before, after = describe(current), describe(proposed)
-    parts = [f"{before} → {after}"] if before != after else []
-    if before == after:  # e.g. a long value set whose shown part is the same
-        old, new = _canonical(current.get("kwargs") or {}), _canonical(proposed.get("kwargs") or {})
-        parts += [f"{k}: {_shown(old.get(k))} → {_shown(new.get(k))}" for k in sorted(set(old) | set(new))
-                  if old.get(k) != new.get(k)]  # fmt: skip
-    if current.get("severity", "critical") != proposed.get("severity", "critical"):
-        parts.append(f"severity {current.get('severity', 'critical')} → {proposed.get('severity', 'critical')}")
+    """What differs between two rules of one name, in plain words: ``maximum 500 → 22``, ``also allows "c"``."""
+    old, new = _canonical(current.get("kwargs") or {}), _canonical(proposed.get("kwargs") or {})
+    parts: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, list) and isinstance(after, list):
+            added, dropped = [v for v in after if v not in before], [v for v in before if v not in after]
+            parts += [f"also allows {_values(added)}"] if added else []
+            parts += [f"no longer allows {_values(dropped)}"] if dropped else []
+            continue
+        parts.append(f"{_ARGUMENTS.get(key, key)} {_shown(before)} → {_shown(after)}")
+    severity = (current.get("severity", "critical"), proposed.get("severity", "critical"))
+    if severity[0] != severity[1]:
+        parts.append(f"severity {severity[0]} → {severity[1]}")
     return "; ".join(parts) or "no change"
 
 
 def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
     return _values(value) if isinstance(value, list) else str(value)
 
 

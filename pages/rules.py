@@ -48,19 +48,20 @@ def _show_proposal(proposal: datasets.RuleProposal, actor: auth.User) -> None:
     st.caption(f"{counts or 'Nothing proposed'}. Nothing changes until you accept.")
     shown = [line for line in proposal.lines if line.status != "same"]
     with st.container(key="rules_proposal_table", border=True):
-        widths = [3, 4, 4, 4]
-        headings = ["Accept · rule", "Current", "Proposed", "What would change"]
+        widths = [1, 4, 5, 5, 5]
+        headings = ["", "Rule", "Current", "Proposed", "What would change"]
         for column, heading in zip(st.columns(widths), headings, strict=True):
-            column.markdown(f"**{heading}**")
+            column.markdown(f"**{heading}**" if heading else "")
         for line in shown:
-            take, current, proposed, change = st.columns(widths, vertical_alignment="center")
+            take, name, current, proposed, change = st.columns(widths, vertical_alignment="center")
             take.checkbox(
-                line.name,
+                line.name,  # its accessible name; the Rule cell shows it, free to wrap
                 key=f"{TAKE}{line.name}",
                 value=False,
                 disabled=line.status not in rules.APPLIED,
-                help=f"#{line.number} in the suite" if line.number else "a new rule",
+                label_visibility="collapsed",
             )
+            name.markdown(_md(line.name).replace(":", ":\u200b"))
             current.markdown(_cell(line.current))
             proposed.markdown(_cell(line.proposed))
             icon = STATUS_ICONS.get(line.status, ":material/lock:")
@@ -72,15 +73,15 @@ def _show_proposal(proposal: datasets.RuleProposal, actor: auth.User) -> None:
         with st.expander(f"{len(same)} proposed rule(s) already in the suite as proposed"):
             st.markdown("\n".join(f"- {_md(rules.describe(line.proposed or {}))}" for line in same))
     applicable = [line.name for line in proposal.lines if line.status in rules.APPLIED]
-    selected_col, all_col, discard_col = st.columns([1, 1, 1])
-    if selected_col.button(
-        "Accept selected", key="rules_accept_selected", icon=":material/check:", disabled=not applicable
+    buttons = st.container(horizontal=True)
+    if buttons.button(
+        "Accept selected", key="rules_accept_selected", icon=":material/check:", type="primary", disabled=not applicable
     ):
         chosen = [name for name in applicable if st.session_state.get(f"{TAKE}{name}")]
         _accept(proposal, chosen, actor)
-    if all_col.button("Accept all", key="rules_accept_all", icon=":material/done_all:"):
+    if buttons.button("Accept all", key="rules_accept_all", icon=":material/done_all:"):
         _accept(proposal, None, actor)
-    if discard_col.button("Discard", key="rules_discard", icon=":material/close:"):
+    if buttons.button("Discard", key="rules_discard", icon=":material/close:"):
         _forget_proposal()
         flash("Proposal discarded: no rule changed.", kind="info")
         st.rerun()

@@ -324,7 +324,7 @@ def test_a_proposal_says_what_would_change_and_changes_nothing() -> None:
         "plan:be_unique": "removed",
     }
     assert lines["age:be_between"].change == "kept: edited by ada"
-    assert lines["plan:be_in_set"].change == 'plan is one of "a", "b" → plan is one of "a", "b", "c"'
+    assert lines["plan:be_in_set"].change == 'also allows "c"'
     assert (lines["plan:be_in_set"].number, lines["plan:be_unique"].number, lines["plan:not_be_null"].number) == (
         4,
         5,
@@ -358,6 +358,30 @@ def test_a_rule_a_person_set_is_never_replaced_by_an_inferred_one() -> None:
     (line,) = rules.propose(suite, [_inferred("not_be_null", "a")])
     assert (line.status, line.change) == ("kept", "kept: set by a person")
     assert rules.with_inferred(suite, [_inferred("not_be_null", "a")])["expectations"] == [mine]
+
+
+@pytest.mark.parametrize(
+    ("current", "proposed", "change"),
+    [
+        (
+            _inferred("be_between", "n", min_value=0.0, max_value=500.0),
+            _inferred("be_between", "n", min_value=0, max_value=22),
+            "maximum 500 → 22",
+        ),
+        (
+            _inferred("be_in_set", "p", value_set=["a", "x"]),
+            _inferred("be_in_set", "p", value_set=["a", "b"]),
+            'also allows "b"; no longer allows "x"',
+        ),
+        (
+            {**_inferred("not_be_null", "p"), "severity": "info"},
+            _inferred("not_be_null", "p"),
+            "severity info → warning",
+        ),
+    ],
+)
+def test_a_changed_rule_says_what_differs(current: dict, proposed: dict, change: str) -> None:  # type: ignore[type-arg]
+    assert rules.ProposedRule("x", "changed", current, proposed, 1).change == change
 
 
 @pytest.mark.parametrize(

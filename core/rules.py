@@ -462,7 +462,8 @@ class RuleChange:
 def changed_rule(suite: dict[str, Any], number: int, change: RuleChange, *, by: str | None = None) -> dict[str, Any]:
     """``suite`` with rule ``number`` (1-based, in suite order) changed, by the person ``by``.
 
-    The rule then carries ``meta.oreo.edited_by``: the steward's from now on, never changed by a proposal.
+    A rule that did change then carries ``meta.oreo.edited_by``: the steward's from now on, never
+    changed by a proposal. (Saving a rule as it was marks nothing.)
 
     Raises:
         NotFound: No rule with that number.
@@ -493,7 +494,8 @@ def changed_rule(suite: dict[str, Any], number: int, change: RuleChange, *, by: 
             oreo.pop("disabled", None)
         else:
             oreo["disabled"] = True
-    if by is not None:
+    before = items[number - 1]
+    if by is not None and (not _same(before, item) or is_disabled(before) != is_disabled(item)):
         meta = item.get("meta") or {}
         item["meta"] = meta
         meta.setdefault("oreo", {})["edited_by"] = by

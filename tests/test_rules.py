@@ -352,6 +352,14 @@ def test_accepting_applies_only_the_chosen_lines_and_never_a_stewards_rule() -> 
         rules.accepted(suite, PROPOSED, ["nope"])
 
 
+def test_a_rule_saved_as_it_was_stays_inferred() -> None:
+    suite = {"expectations": [_inferred("be_between", "age", min_value=0.0, max_value=90.0)]}
+    same = rules.RuleChange(severity="warning", min_value=0, max_value=90, enabled=True)
+    assert rules.edited_by(rules.changed_rule(suite, 1, same, by="ada")["expectations"][0]) is None
+    wider = rules.RuleChange(severity="warning", max_value=95, enabled=True)
+    assert rules.edited_by(rules.changed_rule(suite, 1, wider, by="ada")["expectations"][0]) == "ada"
+
+
 def test_a_rule_a_person_set_is_never_replaced_by_an_inferred_one() -> None:
     mine = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}, "severity": "critical"}
     suite = {"name": "t", "expectations": [mine]}

@@ -347,7 +347,7 @@ def test_an_admin_reviews_a_rule_proposal_and_accepts_part_of_it(
     assert changing == {"orders:be_between": "changed", "monthly_spend:not_be_null": "new"}, changing
 
     take = proposal.get_by_role("checkbox", name="orders:be_between")
-    proposal.locator("label", has=take).click()
+    proposal.locator("label", has=page.get_by_role("checkbox", name="orders:be_between")).click()
     expect(take).to_be_checked()
     shoot_sizes(page, proposal, "rules-proposal")
     page.get_by_role("button", name="Accept selected").click()

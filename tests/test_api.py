@@ -736,6 +736,7 @@ def test_rules_are_proposed_and_accepted_and_a_stewards_rule_is_kept(
         assert [(a["name"], a["status"]) for a in done.json()["accepted"]] == [("name:not_be_null", "new")]
         assert [k["name"] for k in done.json()["kept"]] == ["score:be_between"]
         stored = c.get(d).json()["expectations"]
-    assert stored[number - 1]["severity"] == "critical"
+    score = next(e for e in stored if rules.rule_name(e) == "score:be_between")
+    assert (score["severity"], rules.edited_by(score)) == ("critical", "boss")
     (event,) = audit.list_events(server.catalog, name="rules_accepted")
     assert (event.actor, event.dataset_id, event.details["kept"]) == ("boss", "ruled", ["score:be_between"])

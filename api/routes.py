@@ -221,6 +221,29 @@ def rules_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]
     return datasets.dataset_rules(_catalog(), project_id, dataset_id, actor=user)
 
 
+@router.get("/projects/{project_id}/datasets/{dataset_id}/rules/proposal", tags=["datasets"])
+def rules_propose(project_id: str, dataset_id: str, user: Caller) -> Response:
+    """Rules inferred from the data beside the current ones, as ``oreo rules propose``; nothing is stored."""
+    proposal = datasets.propose_dataset_rules(_catalog(), project_id, dataset_id, actor=user)
+    return _document(documents.rule_proposal_doc(proposal))
+
+
+class AcceptRulesBody(_Body):
+    rules: list[str] | None = Field(default=None, description="Names of proposed rules, as the proposal lists them")
+    all: bool = Field(default=False, description="Accept every proposed change")
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/rules/accept", tags=["datasets"])
+def rules_accept(project_id: str, dataset_id: str, body: AcceptRulesBody, user: Caller) -> Response:
+    """Accept proposed rules (admins), as ``oreo rules accept``; a rule a person wrote or edited is kept."""
+    if body.all == bool(body.rules):
+        raise InvalidInput('send "rules": [names] or "all": true, not both', field="rules")
+    result = datasets.accept_proposed_rules(
+        _catalog(), project_id, dataset_id, actor=user, names=None if body.all else body.rules
+    )
+    return _document(documents.rules_accepted_doc(result))
+
+
 # ---------------------------------------------------------------- sessions and edits
 
 

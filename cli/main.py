@@ -21,7 +21,7 @@ import typer
 from cli import rows as rows_cli
 from cli.migrate import migrate_app
 from cli.notify import notify_app, webhook_app
-from core import auth, change_requests, datasets, documents, engine, logs, projects, sessions
+from core import auth, change_requests, datasets, documents, engine, logs, projects, rules, sessions
 from core.catalog import Catalog, open_catalog
 from core.documents import cr_doc as _cr_doc
 from core.documents import dataset_doc as _dataset_doc
@@ -942,12 +942,10 @@ def rules_set(
 
 
 def _rules_text(suite: dict[str, Any]) -> str:
-    from core import rules
-
     lines = []
     for number, item in enumerate(suite.get("expectations", []), start=1):
         marks = [item.get("severity", "critical")]
-        marks += ["inferred"] if rules.is_inferred(item) else []
+        marks += [rules.source(item)] if rules.source(item) != "set" else []
         marks += ["off"] if rules.is_disabled(item) else []
         lines.append(f"{number:>3}. {rules.describe(item)} ({', '.join(marks)})")
     return "\n".join(lines) or "no rules"
@@ -957,12 +955,15 @@ def _rules_text(suite: dict[str, Any]) -> str:
 def rules_infer(
     project_id: str,
     dataset_id: str,
-    apply: Annotated[bool, typer.Option("--apply", help="Store the proposal (admins); else only print it.")] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Accept the whole proposal (admins), as `rules accept --all`.")
+    ] = False,
     as_user: AsUser = None,
 ) -> None:
-    """Propose warning rules from the data's profile: not null, ranges, value sets, uniqueness, shapes.
+    """The suite as it would be with the rules inferred from the data's profile accepted.
 
-    The proposal replaces earlier inferred rules and keeps every other rule.
+    Rules a person wrote or edited are kept as they are. `rules propose` shows what would change,
+    rule by rule; `rules accept` applies some or all of it.
     """
     catalog = _catalog()
     actor = _actor(catalog, as_user)
@@ -970,7 +971,60 @@ def rules_infer(
         suite = datasets.infer_dataset_rules(catalog, project_id, dataset_id, actor=actor)
     else:
         suite = datasets.propose_rules(catalog, project_id, dataset_id, actor=actor)
-    emit(suite, _rules_text(suite) + ("" if apply else "\n(proposal only: --apply stores it)"))
+    note = "" if apply else "\n(proposal only: `rules propose` shows what would change, `rules accept --all` stores it)"
+    emit(suite, _rules_text(suite) + note)
+
+
+def _proposal_text(proposal: datasets.RuleProposal) -> str:
+    width = max((len(line.name) for line in proposal.lines), default=0)
+    lines = [f"  {line.status:<8} {line.name:<{width}}  {line.change}" for line in proposal.lines]
+    counts = ", ".join(f"{n} {status}" for status, n in proposal.counts().items() if n)
+    return "\n".join(
+        [
+            f"rules proposed from {proposal.project_id}/{proposal.dataset_id} at version {proposal.version} "
+            f"({counts or 'nothing'}); nothing is stored:",
+            *lines,
+            "accept with: oreo rules accept PROJECT DATASET --rule NAME ... | --all",
+        ]
+    )
+
+
+@rules_app.command("propose")
+def rules_propose(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
+    """Rules inferred from the data, beside the current ones: new, changed, same, kept or removed. Stores nothing.
+
+    A rule a person wrote or edited is kept ("kept: edited by USER"): no proposal changes it.
+    """
+    catalog = _catalog()
+    proposal = datasets.propose_dataset_rules(catalog, project_id, dataset_id, actor=_actor(catalog, as_user))
+    emit(documents.rule_proposal_doc(proposal), _proposal_text(proposal))
+
+
+@rules_app.command("accept")
+def rules_accept(
+    project_id: str,
+    dataset_id: str,
+    rule: Annotated[
+        list[str] | None, typer.Option("--rule", help="A proposed rule's name, as `rules propose` shows it.")
+    ] = None,
+    accept_all: Annotated[bool, typer.Option("--all", help="Accept every proposed change.")] = False,
+    as_user: AsUser = None,
+) -> None:
+    """Accept proposed rules (admins): those named with --rule, or --all. A person's rules are kept.
+
+    The audit log records who accepted which rules (`rules_accepted`).
+    """
+    if accept_all == bool(rule):
+        raise InvalidInput("give --rule NAME (one or more) or --all, not both", field="rule")
+    catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    result = datasets.accept_proposed_rules(catalog, project_id, dataset_id, actor=actor, names=rule or None)
+    done = [f"  {line.status:<8} {line.name}  {line.change}" for line in result.accepted]
+    kept = [f"  kept     {line.name}  {line.change}" for line in result.kept]
+    head = f"accepted {len(result.accepted)} proposed rule(s)"
+    if not done:
+        head = "nothing to accept: the proposal changes no rule"
+    emit(documents.rules_accepted_doc(result), "\n".join([head, *done, *kept]))
 
 
 @rules_app.command("change")
@@ -984,9 +1038,7 @@ def rules_change(
     enabled: Annotated[bool | None, typer.Option("--enable/--disable", help="Turn the rule on or off.")] = None,
     as_user: AsUser = None,
 ) -> None:
-    """Change one rule's severity, bounds, or on/off state (admins)."""
-    from core import rules
-
+    """Change one rule's severity, bounds, or on/off state (admins); the rule is then the steward's."""
     catalog = _catalog()
     change = rules.RuleChange(severity=severity, min_value=min_value, max_value=max_value, enabled=enabled)
     if change == rules.RuleChange():
@@ -999,8 +1051,6 @@ def rules_change(
 @rules_app.command("list")
 def rules_list(project_id: str, dataset_id: str, as_user: AsUser = None) -> None:
     """The rules in plain words, numbered, with how often each failed in the last 20 validation runs."""
-    from core import rules
-
     catalog = _catalog()
     actor = _actor(catalog, as_user)
     suite = datasets.dataset_rules(catalog, project_id, dataset_id, actor=actor)
@@ -1014,6 +1064,7 @@ def rules_list(project_id: str, dataset_id: str, as_user: AsUser = None) -> None
             "severity": item.get("severity", "critical"),
             "inferred": rules.is_inferred(item),
             "enabled": not rules.is_disabled(item),
+            "edited_by": rules.edited_by(item),
             "failed_runs": failed.of(item),
         }
         for number, item in enumerate(suite.get("expectations", []), start=1)

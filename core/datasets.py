@@ -15,11 +15,11 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -575,6 +575,19 @@ def set_dataset_rules(
         PermissionDenied: ``actor`` is not an admin of the project.
         InvalidInput: Not a valid GX suite, a bad severity, or a column the table lacks.
     """
+    return _store_rules(catalog, project_id, dataset_id, document, actor=actor)
+
+
+def _store_rules(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    document: Any,
+    *,
+    actor: User,
+    event: Callable[[dict[str, Any]], audit.AuditEvent] | None = None,
+) -> dict[str, Any]:
+    """Check and store a suite (admins), recording ``RulesChanged`` and the ``event`` made from the stored suite."""
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
     columns = {c.name for c in dataset_columns(info)}
@@ -601,33 +614,131 @@ def set_dataset_rules(
                 expectations=len(suite.get("expectations", [])),
             ),
         )
+        if event is not None:
+            audit.record(s, event(suite))
     return suite
 
 
-def propose_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
-    """The dataset's suite with its inferred rules proposed afresh from the current data (nothing stored)."""
+@dataclass(frozen=True)
+class RuleProposal:
+    """Rules inferred from a dataset at ``version``, as a proposal against its current rules (nothing stored).
+
+    ``inferred`` are the rules as inferred; ``lines`` say, for each, what accepting it would do.
+    """
+
+    project_id: str
+    dataset_id: str
+    version: int | None
+    inferred: tuple[dict[str, Any], ...]
+    lines: tuple[rules.ProposedRule, ...]
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(line.status == status for line in self.lines) for status in get_args(rules.ProposalStatus)}
+
+    def against(self, suite: dict[str, Any]) -> RuleProposal:
+        """The same inferred rules weighed against ``suite``: the rules as they are now, edits since included."""
+        return replace(self, lines=rules.propose(suite, list(self.inferred)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RulesAccepted(audit.AuditEvent):
+    """A steward accepted proposed rules: each one by name, with what it did."""
+
+    name = "rules_accepted"
+    version: int | None
+    accepted: list[dict[str, Any]]
+    kept: list[str]
+
+
+@dataclass(frozen=True)
+class AcceptedRules:
+    """What accepting a proposal did: the lines applied, the steward's rules it kept, the stored suite."""
+
+    accepted: tuple[rules.ProposedRule, ...]
+    kept: tuple[rules.ProposedRule, ...]
+    suite: dict[str, Any]
+
+
+def propose_dataset_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> RuleProposal:
+    """Infer rules from the dataset's current data, as a proposal against its rules; nothing is stored.
+
+    Raises:
+        NotFound: Unknown dataset, or one ``actor`` cannot read.
+    """
     info = get_dataset(catalog, project_id, dataset_id, actor=actor)
     suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
     inferred = rules.infer_rules(location(info.path), info.version, dataset_columns(info))
-    return rules.with_inferred(suite, inferred)
+    return RuleProposal(project_id, dataset_id, info.version, tuple(inferred), rules.propose(suite, inferred))
+
+
+def accept_proposed_rules(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    actor: User,
+    names: Collection[str] | None = None,
+    proposal: RuleProposal | None = None,
+) -> AcceptedRules:
+    """Apply the proposal's lines ``names`` (every line when None) and record who accepted what (admins).
+
+    ``proposal`` is the one the steward read (a fresh one when None). It is weighed against the
+    rules as they are now, so a rule a person edited since is kept too. Nothing to apply stores nothing.
+
+    Raises:
+        PermissionDenied: ``actor`` is not an admin of the project.
+        InvalidInput: No names given, a name the proposal lacks, or a rule a person edited.
+    """
+    require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
+    if names is not None and not names:
+        raise InvalidInput("no rules chosen: name the proposed rules to accept, or accept them all", field="rule")
+    if proposal is None:
+        proposal = propose_dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    elif (proposal.project_id, proposal.dataset_id) != (project_id, dataset_id):
+        raise InvalidInput(f"that proposal is for {proposal.project_id}/{proposal.dataset_id}", field="proposal")
+    suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    inferred = list(proposal.inferred)
+    changed, applied = rules.accepted(suite, inferred, names)
+    kept = tuple(line for line in rules.propose(suite, inferred) if line.status == "kept")
+    if not applied:
+        return AcceptedRules((), kept, suite)
+
+    def event(stored: dict[str, Any]) -> audit.AuditEvent:
+        return RulesAccepted(
+            actor=actor.username,
+            project_id=project_id,
+            dataset_id=dataset_id,
+            version=proposal.version,
+            accepted=[{"rule": line.name, "status": line.status, "change": line.change} for line in applied],
+            kept=[line.name for line in kept],
+        )
+
+    stored = _store_rules(catalog, project_id, dataset_id, changed, actor=actor, event=event)
+    return AcceptedRules(applied, kept, stored)
+
+
+def propose_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
+    """The dataset's suite as it would be with the whole proposal accepted (nothing stored)."""
+    proposal = propose_dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
+    return rules.with_inferred(suite, list(proposal.inferred))
 
 
 def infer_dataset_rules(catalog: Catalog, project_id: str, dataset_id: str, *, actor: User) -> dict[str, Any]:
-    """Replace the dataset's inferred rules with ones proposed from the current data (admins).
+    """Accept the whole proposal inferred from the current data (admins); a steward's rules are kept.
 
     Raises:
         PermissionDenied: ``actor`` is not an admin of the project.
     """
-    require_role(catalog, actor, project_id, Role.ADMIN, action="change validation rules")
-    return set_dataset_rules(
-        catalog, project_id, dataset_id, propose_rules(catalog, project_id, dataset_id, actor=actor), actor=actor
-    )
+    return accept_proposed_rules(catalog, project_id, dataset_id, actor=actor).suite
 
 
 def change_dataset_rule(
     catalog: Catalog, project_id: str, dataset_id: str, number: int, change: rules.RuleChange, *, actor: User
 ) -> dict[str, Any]:
     """Change one rule's severity, bounds or on/off state (admins); ``number`` is 1-based.
+
+    The rule is marked edited by ``actor``: no proposal changes it afterwards.
 
     Raises:
         PermissionDenied: ``actor`` is not an admin of the project.
@@ -638,7 +749,8 @@ def change_dataset_rule(
     if change.severity is not None and change.severity not in validation.SEVERITIES:
         raise InvalidInput(f"severity {change.severity!r}: use critical, warning or info", field="severity")
     suite = dataset_rules(catalog, project_id, dataset_id, actor=actor)
-    return set_dataset_rules(catalog, project_id, dataset_id, rules.changed_rule(suite, number, change), actor=actor)
+    changed = rules.changed_rule(suite, number, change, by=actor.username)
+    return set_dataset_rules(catalog, project_id, dataset_id, changed, actor=actor)
 
 
 def recent_rule_failures(

@@ -303,3 +303,25 @@ def version_diff_doc(result: history.VersionDiff) -> dict[str, Any]:
 
 def restore_doc(result: history.RestoreResult) -> dict[str, Any]:
     return {"version": result.version, "restored_to": result.restored_to}
+
+
+# ---------------------------------------------------------------- rules
+
+
+def rule_proposal_doc(proposal: datasets.RuleProposal) -> dict[str, Any]:
+    """A proposal: each line's name, status (new, changed, same, kept, removed) and what accepting it does."""
+    return {
+        "project": proposal.project_id,
+        "dataset": proposal.dataset_id,
+        "version": proposal.version,
+        "counts": proposal.counts(),
+        "rules": [line.to_json() for line in proposal.lines],
+    }
+
+
+def rules_accepted_doc(result: datasets.AcceptedRules) -> dict[str, Any]:
+    return {
+        "accepted": [{"name": line.name, "status": line.status, "change": line.change} for line in result.accepted],
+        "kept": [{"name": line.name, "change": line.change} for line in result.kept],
+        "expectations": len(result.suite.get("expectations", [])),
+    }

@@ -14,18 +14,23 @@ surprising value without it blocking anyone:
 * a regular expression, for text whose every value has one common shape (an email
   address, an upper-case ISO code).
 
-An inferred rule carries ``meta.oreo.inferred``; proposing again replaces the inferred rules
-and keeps every other rule. A rule can be turned off (``meta.oreo.disabled``): it stays in
-the suite, and is not evaluated.
+An inferred rule carries ``meta.oreo.inferred``. Inferring again makes a *proposal*
+(``propose``): each proposed rule is new, changed (its current and proposed forms), the same,
+or kept, and each current inferred rule the data no longer keeps is removed. Nothing changes
+until a steward accepts some or all of it (``accepted``). The rules are the steward's: a rule
+a person edited carries ``meta.oreo.edited_by`` and, like every rule a person wrote, is kept
+as it is, even when the whole proposal is accepted. A rule can be turned off
+(``meta.oreo.disabled``): it stays in the suite, and is not evaluated.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core import reads
 from core.errors import InvalidInput, NotFound
@@ -193,9 +198,209 @@ def _all_distinct(cur: duckdb.DuckDBPyConnection, scan: str, at: list[Any], colu
 
 
 def with_inferred(suite: dict[str, Any], inferred: list[dict[str, Any]]) -> dict[str, Any]:
-    """``suite`` with its earlier inferred rules replaced by ``inferred``; every other rule is kept."""
-    kept = [e for e in suite.get("expectations", []) if not is_inferred(e)]
-    return {**suite, "expectations": kept + inferred}
+    """``suite`` with the whole proposal of ``inferred`` accepted: a rule a person wrote or edited is kept."""
+    return accepted(suite, inferred)[0]
+
+
+# ---------------------------------------------------------------- proposals
+
+ProposalStatus = Literal["new", "changed", "same", "kept", "removed"]
+# What accepting each status does to the suite; "same" and "kept" change nothing.
+APPLIED: tuple[ProposalStatus, ...] = ("new", "changed", "removed")
+
+
+def rule_name(item: dict[str, Any]) -> str:
+    """A rule's name in a proposal, its column and what it asks: ``amount:be_between``, ``plan:be_in_set``."""
+    kind = str(item.get("type") or item.get("expectation_type") or "")
+    kwargs = item.get("kwargs") or {}
+    column = kwargs.get("column") or "+".join(kwargs.get("column_list") or [])
+    short = kind.removeprefix("expect_column_values_to_").removeprefix("expect_")
+    return f"{column}:{short}" if column else short
+
+
+def edited_by(item: dict[str, Any]) -> str | None:
+    """Who edited the rule by hand, or None when no one did.
+
+    A rule inferred before Oreo recorded the editor, yet no longer a plain warning that is on,
+    was edited by someone: ``"a person"``.
+    """
+    meta = _meta(item)
+    if meta.get("edited_by"):
+        return str(meta["edited_by"])
+    if meta.get("inferred") and (item.get("severity", "critical") != "warning" or meta.get("disabled")):
+        return "a person"
+    return None
+
+
+def is_steward_owned(item: dict[str, Any]) -> bool:
+    """A rule a person wrote or edited: no proposal changes or removes it."""
+    return not is_inferred(item) or edited_by(item) is not None
+
+
+def source(item: dict[str, Any]) -> str:
+    """Where the rule comes from, in a word or three: ``inferred``, ``edited by ada`` or ``set``."""
+    editor = edited_by(item)
+    if editor is not None:
+        return f"edited by {editor}"
+    return "inferred" if is_inferred(item) else "set"
+
+
+@dataclass(frozen=True)
+class ProposedRule:
+    """One line of a proposal: a proposed rule beside the current rule of the same name.
+
+    ``current`` is None for a new rule, ``proposed`` None for a removed one; ``number`` is the
+    current rule's 1-based place in the suite.
+    """
+
+    name: str
+    status: ProposalStatus
+    current: dict[str, Any] | None
+    proposed: dict[str, Any] | None
+    number: int | None = None
+
+    @property
+    def change(self) -> str:
+        """What accepting this line would do, in plain words."""
+        match self.status:
+            case "new":
+                return f"adds: {describe(self.proposed or {})}"
+            case "removed":
+                return "removes it: the data no longer keeps it"
+            case "same":
+                return "no change"
+            case "kept":
+                editor = edited_by(self.current or {})
+                return f"kept: edited by {editor}" if editor else "kept: set by a person"
+        return _difference(self.current or {}, self.proposed or {})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "number": self.number,
+            "current": describe(self.current) if self.current is not None else None,
+            "proposed": describe(self.proposed) if self.proposed is not None else None,
+            "change": self.change,
+            "edited_by": edited_by(self.current) if self.current is not None else None,
+            "current_rule": self.current,
+            "proposed_rule": self.proposed,
+        }
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` as compared: GX stores whole bounds as floats (0 is kept as 0.0)."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return _plain(_number(value)) if isinstance(value, float | Decimal) else value
+
+
+def _same(current: dict[str, Any], proposed: dict[str, Any]) -> bool:
+    return (current.get("severity", "critical"), _canonical(current.get("kwargs") or {})) == (
+        proposed.get("severity", "critical"),
+        _canonical(proposed.get("kwargs") or {}),
+    )
+
+
+# How a changed argument reads: "maximum 500 → 22".
+_ARGUMENTS = {"min_value": "minimum", "max_value": "maximum", "regex": "shape"}
+
+
+def _difference(current: dict[str, Any], proposed: dict[str, Any]) -> str:
+    """What differs between two rules of one name, in plain words: ``maximum 500 → 22``, ``also allows "c"``."""
+    old, new = _canonical(current.get("kwargs") or {}), _canonical(proposed.get("kwargs") or {})
+    parts: list[str] = []
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if isinstance(before, list) and isinstance(after, list):
+            added, dropped = [v for v in after if v not in before], [v for v in before if v not in after]
+            parts += [f"also allows {_values(added)}"] if added else []
+            parts += [f"no longer allows {_values(dropped)}"] if dropped else []
+            continue
+        parts.append(f"{_ARGUMENTS.get(key, key)} {_shown(before)} → {_shown(after)}")
+    severity = (current.get("severity", "critical"), proposed.get("severity", "critical"))
+    if severity[0] != severity[1]:
+        parts.append(f"severity {severity[0]} → {severity[1]}")
+    return "; ".join(parts) or "no change"
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    return _values(value) if isinstance(value, list) else str(value)
+
+
+def propose(suite: dict[str, Any], inferred: list[dict[str, Any]]) -> tuple[ProposedRule, ...]:
+    """``inferred`` as a proposal against ``suite``: each rule new, changed, the same or kept, plus removals.
+
+    A rule a person wrote or edited (``is_steward_owned``) is kept as it is, never changed or removed.
+    """
+    items = list(suite.get("expectations", []))
+    current: dict[str, int] = {}  # name -> index; a steward's rule wins over an inferred one of that name
+    for index, item in enumerate(items):
+        name = rule_name(item)
+        if name not in current or (is_steward_owned(item) and not is_steward_owned(items[current[name]])):
+            current[name] = index
+    lines: list[ProposedRule] = []
+    proposed_names: set[str] = set()
+    for rule in inferred:
+        name = rule_name(rule)
+        if name in proposed_names:
+            continue  # inference names each rule once; a repeat would only add a duplicate
+        proposed_names.add(name)
+        at = current.get(name)
+        if at is None:
+            lines.append(ProposedRule(name, "new", None, rule))
+            continue
+        item = items[at]
+        status: ProposalStatus = "kept" if is_steward_owned(item) else "same" if _same(item, rule) else "changed"
+        lines.append(ProposedRule(name, status, item, rule, at + 1))
+    for index, item in enumerate(items):
+        name = rule_name(item)
+        if is_steward_owned(item) or (name in proposed_names and current[name] == index):
+            continue
+        lines.append(ProposedRule(name, "removed", item, None, index + 1))
+    return tuple(lines)
+
+
+def accepted(
+    suite: dict[str, Any], inferred: list[dict[str, Any]], names: Collection[str] | None = None
+) -> tuple[dict[str, Any], tuple[ProposedRule, ...]]:
+    """``suite`` with the proposal of ``inferred`` accepted: the lines ``names``, or every line when None.
+
+    A changed rule is replaced where it stands (rule numbers stay), a new one is added at the
+    end, a removed one is dropped; a rule a person wrote or edited is never touched.
+
+    Returns:
+        The new suite, and the lines that changed it.
+
+    Raises:
+        InvalidInput: A name the proposal does not have, or one of a rule a person edited.
+    """
+    lines = propose(suite, inferred)
+    by_name = {line.name: line for line in lines}
+    if names is not None:
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            offered = ", ".join(line.name for line in lines if line.status in APPLIED) or "none"
+            raise InvalidInput(f"no proposed rule named {unknown[0]!r}; the proposal changes: {offered}", field="rule")
+        kept = [by_name[n] for n in names if by_name[n].status == "kept"]
+        if kept:
+            raise InvalidInput(
+                f"rule {kept[0].name!r} is the steward's ({kept[0].change}); a proposal never changes it",
+                field="rule",
+            )
+    chosen = [line for line in lines if line.status in APPLIED and (names is None or line.name in names)]
+    items: list[dict[str, Any] | None] = list(suite.get("expectations", []))
+    for line in chosen:
+        if line.number is not None:  # changed or removed
+            items[line.number - 1] = line.proposed
+    items += [line.proposed for line in chosen if line.number is None]
+    return {**suite, "expectations": [item for item in items if item is not None]}, tuple(chosen)
 
 
 # ---------------------------------------------------------------- plain words
@@ -254,8 +459,11 @@ class RuleChange:
     enabled: bool | None = None
 
 
-def changed_rule(suite: dict[str, Any], number: int, change: RuleChange) -> dict[str, Any]:
-    """``suite`` with rule ``number`` (1-based, in suite order) changed.
+def changed_rule(suite: dict[str, Any], number: int, change: RuleChange, *, by: str | None = None) -> dict[str, Any]:
+    """``suite`` with rule ``number`` (1-based, in suite order) changed, by the person ``by``.
+
+    A rule that did change then carries ``meta.oreo.edited_by``: the steward's from now on, never
+    changed by a proposal. (Saving a rule as it was marks nothing.)
 
     Raises:
         NotFound: No rule with that number.
@@ -286,6 +494,11 @@ def changed_rule(suite: dict[str, Any], number: int, change: RuleChange) -> dict
             oreo.pop("disabled", None)
         else:
             oreo["disabled"] = True
+    before = items[number - 1]
+    if by is not None and (not _same(before, item) or is_disabled(before) != is_disabled(item)):
+        meta = item.get("meta") or {}
+        item["meta"] = meta
+        meta.setdefault("oreo", {})["edited_by"] = by
     items[number - 1] = item
     return {**suite, "expectations": items}
 

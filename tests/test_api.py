@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import update
 
-from core import audit, auth, projects, tokens
-from core.catalog import ApiTokenRow, Catalog, utcnow
+from core import audit, auth, datasets, projects, rules, tokens
+from core.catalog import ApiTokenRow, Catalog, reset_catalogs, utcnow
+from core.config import get_settings
 from core.layout import dataset_layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -748,6 +749,7 @@ def test_every_cli_json_document_and_its_api_twin_have_the_same_fields(
         (["dataset", "show", "demo", people, "--as", "ed"], d),
         (["dataset", "rows", "demo", people, "--as", "ed", "--limit", "5"], f"{d}/rows?limit=5"),
         (["rules", "show", "demo", people, "--as", "ed"], f"{d}/rules"),
+        (["rules", "propose", "demo", people, "--as", "ed"], f"{d}/rules/proposal"),
         (["history", "demo", people, "--as", "ed"], f"{d}/history"),
         (["diff", "demo", people, "--from", "0", "--to", "1", "--as", "ed"], f"{d}/diff?from=0&to=1"),
         (["cr", "show", cr_id, "--as", "ed"], f"/api/v1/change-requests/{cr_id}"),
@@ -818,3 +820,46 @@ def test_decisions_name_the_revision_reviewed_and_a_stale_one_is_409(server: Ser
     assert approved.status_code == 200, approved.text
     assert (approved.json()["state"], approved.json()["revision"]) == ("merged", 2)
     assert _merge_commits(server, people, cr_id) == 1
+
+
+# ---------------------------------------------------------------- rules
+
+
+def test_rules_are_proposed_and_accepted_and_a_stewards_rule_is_kept(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _create(server, "ruled", _csv(8)).status_code == 201
+    for name in ("DELTA_DATA_ROOT", "OREO_DATABASE_URL"):
+        monkeypatch.setenv(name, server.env[name])
+    get_settings.cache_clear()
+    reset_catalogs()
+    boss = auth.get_user(server.catalog, "boss")
+    suite = datasets.dataset_rules(server.catalog, "demo", "ruled", actor=boss)
+    number = next(n for n, e in enumerate(suite["expectations"], 1) if rules.rule_name(e) == "score:be_between")
+    change = rules.RuleChange(severity="critical")
+    suite = datasets.change_dataset_rule(server.catalog, "demo", "ruled", number, change, actor=boss)
+    older = [e for e in suite["expectations"] if rules.rule_name(e) != "name:not_be_null"]
+    datasets.set_dataset_rules(server.catalog, "demo", "ruled", {**suite, "expectations": older}, actor=boss)
+    d = "/api/v1/projects/demo/datasets/ruled/rules"
+    with server.client("ed") as c:
+        proposal = c.get(f"{d}/proposal")
+        assert proposal.status_code == 200, proposal.text
+        _assert_error(c.post(f"{d}/accept", json={"all": True}), 403, "permission_denied")
+    lines = {line["name"]: line for line in proposal.json()["rules"]}
+    assert (lines["score:be_between"]["status"], lines["score:be_between"]["change"]) == (
+        "kept",
+        "kept: edited by boss",
+    )
+    assert lines["name:not_be_null"]["status"] == "new"
+    with server.client("boss") as c:
+        _assert_error(c.post(f"{d}/accept", json={}), 400, "invalid_input")
+        _assert_error(c.post(f"{d}/accept", json={"rules": ["score:be_between"]}), 400, "invalid_input")
+        done = c.post(f"{d}/accept", json={"all": True})
+        assert done.status_code == 200, done.text
+        assert [(a["name"], a["status"]) for a in done.json()["accepted"]] == [("name:not_be_null", "new")]
+        assert [k["name"] for k in done.json()["kept"]] == ["score:be_between"]
+        stored = c.get(d).json()["expectations"]
+    score = next(e for e in stored if rules.rule_name(e) == "score:be_between")
+    assert (score["severity"], rules.edited_by(score)) == ("critical", "boss")
+    (event,) = audit.list_events(server.catalog, name="rules_accepted")
+    assert (event.actor, event.dataset_id, event.details["kept"]) == ("boss", "ruled", ["score:be_between"])

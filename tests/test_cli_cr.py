@@ -180,3 +180,56 @@ def test_rules_show_and_set(capsys, catalog: Catalog, tmp_path: Path) -> None:  
     assert [(f["expectation"], f["severity"], f["column"]) for f in doc["validation"]["failures"]] == [
         ("expect_column_values_to_be_between", "warning", "age")
     ]
+
+
+def test_rules_propose_shows_a_proposal_and_accept_applies_the_chosen_rules(  # type: ignore[no-untyped-def]
+    capsys, catalog: Catalog, tmp_path: Path
+) -> None:
+    listed = run(capsys, "--json", "rules", "list", "demo", "people").json()["rules"]
+    not_null = "expect_column_values_to_not_be_null"
+    age = next(r["number"] for r in listed if (r["type"], r["column"]) == (not_null, "age"))
+    changed = run(capsys, "rules", "change", "demo", "people", str(age), "--severity", "critical", "--as", "ada")
+    assert changed.code == 0 and "age is never empty (critical, edited by ada)" in changed.out, changed.err
+    # Rules as an older proposal left them: without "name is never empty".
+    suite = run(capsys, "--json", "rules", "show", "demo", "people").json()
+    name_rule = (not_null, "name")
+    suite["expectations"] = [e for e in suite["expectations"] if (e["type"], e["kwargs"].get("column")) != name_rule]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(suite))
+    assert run(capsys, "rules", "set", "demo", "people", "--file", str(older), "--as", "ada").code == 0
+    stored = run(capsys, "--json", "rules", "show", "demo", "people").json()
+
+    proposal = run(capsys, "--json", "rules", "propose", "demo", "people", "--as", "ada").json()
+    lines = {line["name"]: line for line in proposal["rules"]}
+    assert (lines["age:not_be_null"]["status"], lines["age:not_be_null"]["change"]) == ("kept", "kept: edited by ada")
+    assert lines["age:not_be_null"]["edited_by"] == "ada"
+    assert (lines["name:not_be_null"]["status"], lines["name:not_be_null"]["current"]) == ("new", None)
+    assert proposal["counts"]["new"] == 1 and proposal["version"] == 0
+    text = run(capsys, "rules", "propose", "demo", "people").out
+    assert "kept: edited by ada" in text and "adds: name is never empty" in text and "nothing is stored" in text
+    assert run(capsys, "--json", "rules", "show", "demo", "people").json() == stored  # proposing stored nothing
+
+    assert_one_error_line(run(capsys, "rules", "accept", "demo", "people", "--as", "ada"), "give --rule NAME")
+    assert_one_error_line(
+        run(capsys, "rules", "accept", "demo", "people", "--rule", "nope", "--as", "ada"),
+        "no proposed rule named 'nope'; the proposal changes: name:not_be_null",
+    )
+    assert_one_error_line(
+        run(capsys, "rules", "accept", "demo", "people", "--rule", "age:not_be_null", "--as", "ada"),
+        "the steward's",
+    )
+    assert_one_error_line(run(capsys, "rules", "accept", "demo", "people", "--all", "--as", "ed"), "admin")
+    assert run(capsys, "--json", "rules", "show", "demo", "people").json() == stored
+
+    accepted = run(capsys, "--json", "rules", "accept", "demo", "people", "--rule", "name:not_be_null", "--as", "ada")
+    assert accepted.code == 0, accepted.err
+    doc = accepted.json()
+    assert [(a["name"], a["status"]) for a in doc["accepted"]] == [("name:not_be_null", "new")]
+    assert [k["name"] for k in doc["kept"]] == ["age:not_be_null"]
+    assert doc["expectations"] == len(stored["expectations"]) + 1
+    # Accepting the whole proposal (as `rules infer --apply` always did) still keeps the steward's rule.
+    assert run(capsys, "rules", "accept", "demo", "people", "--all", "--as", "ada").out.startswith("nothing to accept")
+    assert run(capsys, "--json", "rules", "infer", "demo", "people", "--apply", "--as", "ada").code == 0
+    listed = run(capsys, "--json", "rules", "list", "demo", "people").json()["rules"]
+    kept = next(r for r in listed if (r["type"], r["column"]) == (not_null, "age"))
+    assert (kept["severity"], kept["edited_by"]) == ("critical", "ada")

@@ -10,9 +10,12 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from core import reads, rules, validation
-from core.errors import InvalidInput, NotFound
+from core import audit, auth, datasets, reads, rules, validation
+from core.catalog import Catalog, open_catalog, reset_catalogs
+from core.config import get_settings
+from core.errors import InvalidInput, NotFound, PermissionDenied
 from core.layout import dataset_layout
+from tests.page_support import PASSWORD, copy_workspace, seed_workspace
 
 
 @pytest.fixture
@@ -259,12 +262,239 @@ def test_a_request_is_judged_by_the_rules_about_what_it_changes(catalog, spark) 
     }
     # An added row carries every column: every rule judges it.
     session = sessions.open_session(catalog, demo.DEMO_PROJECT, demo.DEMO_DATASET, actor=editor)
-    values = reads.cursor().execute(
-        "SELECT * EXCLUDE (row_id) FROM delta_scan(?) WHERE row_id = ?", [str(layout.main), second]
-    ).fetch_arrow_table().to_pylist()[0]
+    values = (
+        reads.cursor()
+        .execute("SELECT * EXCLUDE (row_id) FROM delta_scan(?) WHERE row_id = ?", [str(layout.main), second])
+        .fetch_arrow_table()
+        .to_pylist()[0]
+    )
     values["customer_id"] = 10**6
     values["email"] = "new@example.com"
     sessions.apply_edits(catalog, session.session_id, [sessions.AddRow(values)], actor=editor)
     added = change_requests.submit_change_request(catalog, session.session_id, actor=editor, title="add")
     run = change_requests.validation_for(catalog, added.id, actor=editor)
     assert run is not None and run.skipped == 0
+
+
+# ---------------------------------------------------------------- proposals
+
+
+def _inferred(kind: str, column: str, **kwargs: object) -> dict:  # type: ignore[type-arg]
+    return rules._rule(f"expect_column_values_to_{kind}", column, **kwargs)
+
+
+def _steward_suite() -> dict:  # type: ignore[type-arg]
+    """A stored suite (GX keeps bounds as floats): a person's rule, inferred ones, one a steward made critical."""
+    edited = rules.changed_rule(
+        {"expectations": [_inferred("be_between", "age", min_value=0.0, max_value=90.0)]},
+        1,
+        rules.RuleChange(severity="critical"),
+        by="ada",
+    )["expectations"][0]
+    return {
+        "name": "people",
+        "expectations": [
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "row_id"}, "severity": "critical"},
+            edited,
+            _inferred("not_be_null", "age"),
+            _inferred("be_in_set", "plan", value_set=["a", "b"]),
+            _inferred("be_unique", "plan"),
+        ],
+    }
+
+
+PROPOSED = [
+    _inferred("be_between", "age", min_value=0, max_value=120),  # the steward's (critical, by ada): kept
+    _inferred("not_be_null", "age"),  # the same
+    _inferred("be_in_set", "plan", value_set=["a", "b", "c"]),  # changed
+    _inferred("not_be_null", "plan"),  # new; plan:be_unique is no longer kept by the data: removed
+]
+
+
+def test_a_proposal_says_what_would_change_and_changes_nothing() -> None:
+    suite = _steward_suite()
+    before = json.dumps(suite)
+    lines = {line.name: line for line in rules.propose(suite, PROPOSED)}
+    assert json.dumps(suite) == before
+    assert {name: line.status for name, line in lines.items()} == {
+        "age:be_between": "kept",
+        "age:not_be_null": "same",
+        "plan:be_in_set": "changed",
+        "plan:not_be_null": "new",
+        "plan:be_unique": "removed",
+    }
+    assert lines["age:be_between"].change == "kept: edited by ada"
+    assert lines["plan:be_in_set"].change == 'also allows "c"'
+    assert (lines["plan:be_in_set"].number, lines["plan:be_unique"].number, lines["plan:not_be_null"].number) == (
+        4,
+        5,
+        None,
+    )
+    assert lines["plan:not_be_null"].change == "adds: plan is never empty"
+    assert lines["age:be_between"].to_json()["edited_by"] == "ada"
+
+
+def test_accepting_applies_only_the_chosen_lines_and_never_a_stewards_rule() -> None:
+    suite = _steward_suite()
+    chosen, applied = rules.accepted(suite, PROPOSED, ["plan:be_in_set"])
+    assert [line.name for line in applied] == ["plan:be_in_set"]
+    assert chosen["expectations"][3]["kwargs"]["value_set"] == ["a", "b", "c"]  # replaced where it stood
+    assert [rules.rule_name(e) for e in chosen["expectations"]] == [rules.rule_name(e) for e in suite["expectations"]]
+    everything, applied = rules.accepted(suite, PROPOSED)
+    assert sorted(line.name for line in applied) == ["plan:be_in_set", "plan:be_unique", "plan:not_be_null"]
+    names = [rules.rule_name(e) for e in everything["expectations"]]
+    assert names == ["row_id:not_be_null", "age:be_between", "age:not_be_null", "plan:be_in_set", "plan:not_be_null"]
+    kept = everything["expectations"][1]
+    assert (kept["severity"], kept["kwargs"]["max_value"], rules.edited_by(kept)) == ("critical", 90.0, "ada")
+    with pytest.raises(InvalidInput, match=r"rule 'age:be_between' is the steward's \(kept: edited by ada\)"):
+        rules.accepted(suite, PROPOSED, ["age:be_between"])
+    with pytest.raises(InvalidInput, match="no proposed rule named 'nope'"):
+        rules.accepted(suite, PROPOSED, ["nope"])
+
+
+def test_a_rule_saved_as_it_was_stays_inferred() -> None:
+    suite = {"expectations": [_inferred("be_between", "age", min_value=0.0, max_value=90.0)]}
+    same = rules.RuleChange(severity="warning", min_value=0, max_value=90, enabled=True)
+    assert rules.edited_by(rules.changed_rule(suite, 1, same, by="ada")["expectations"][0]) is None
+    wider = rules.RuleChange(severity="warning", max_value=95, enabled=True)
+    assert rules.edited_by(rules.changed_rule(suite, 1, wider, by="ada")["expectations"][0]) == "ada"
+
+
+def test_a_rule_a_person_set_is_never_replaced_by_an_inferred_one() -> None:
+    mine = {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "a"}, "severity": "critical"}
+    suite = {"name": "t", "expectations": [mine]}
+    (line,) = rules.propose(suite, [_inferred("not_be_null", "a")])
+    assert (line.status, line.change) == ("kept", "kept: set by a person")
+    assert rules.with_inferred(suite, [_inferred("not_be_null", "a")])["expectations"] == [mine]
+
+
+@pytest.mark.parametrize(
+    ("current", "proposed", "change"),
+    [
+        (
+            _inferred("be_between", "n", min_value=0.0, max_value=500.0),
+            _inferred("be_between", "n", min_value=0, max_value=22),
+            "maximum 500 → 22",
+        ),
+        (
+            _inferred("be_in_set", "p", value_set=["a", "x"]),
+            _inferred("be_in_set", "p", value_set=["a", "b"]),
+            'also allows "b"; no longer allows "x"',
+        ),
+        (
+            {**_inferred("not_be_null", "p"), "severity": "info"},
+            _inferred("not_be_null", "p"),
+            "severity info → warning",
+        ),
+    ],
+)
+def test_a_changed_rule_says_what_differs(current: dict, proposed: dict, change: str) -> None:  # type: ignore[type-arg]
+    assert rules.ProposedRule("x", "changed", current, proposed, 1).change == change
+
+
+@pytest.mark.parametrize(
+    ("item", "editor"),
+    [
+        (_inferred("not_be_null", "a"), None),
+        ({**_inferred("not_be_null", "a"), "severity": "critical"}, "a person"),  # edited before editors were kept
+        ({**_inferred("not_be_null", "a"), "meta": {"oreo": {"inferred": True, "disabled": True}}}, "a person"),
+        ({**_inferred("not_be_null", "a"), "meta": {"oreo": {"inferred": True, "edited_by": "bo"}}}, "bo"),
+    ],
+)
+def test_who_edited_a_rule(item: dict, editor: str | None) -> None:  # type: ignore[type-arg]
+    assert rules.edited_by(item) == editor
+    assert rules.is_steward_owned(item) == (editor is not None)
+
+
+# ---------------------------------------------------------------- proposals of a dataset
+
+
+@pytest.fixture(scope="module")
+def seeded_orders(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """``tests.page_support.seed_workspace`` (shop/orders, rules inferred at creation) plus ``ada``, admin of shop."""
+    folder = seed_workspace(tmp_path_factory.mktemp("rules-proposals"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DELTA_DATA_ROOT", str(folder / "delta"))
+        mp.setenv("OREO_DATABASE_URL", f"sqlite:///{folder / 'catalog.db'}")
+        get_settings.cache_clear()
+        reset_catalogs()
+        auth.create_user(open_catalog(), "ada", password=PASSWORD)
+        auth.add_member(open_catalog(), "shop", "ada", "admin")
+        reset_catalogs()
+    get_settings.cache_clear()
+    return folder
+
+
+@pytest.fixture
+def orders(seeded_orders: Path, data_root: Path) -> Catalog:
+    return copy_workspace(seeded_orders, data_root)
+
+
+def _orders_rules(catalog: Catalog) -> list[dict]:  # type: ignore[type-arg]
+    return list(datasets.dataset_rules(catalog, "shop", "orders", actor=auth.SYSTEM)["expectations"])
+
+
+def _stored(catalog: Catalog) -> tuple[bytes, int]:
+    """The stored suite's bytes and the number of audit events: what proposing must leave alone."""
+    suite = validation.suite_path(datasets.layout_for("shop", "orders")).read_bytes()
+    return suite, len(audit.list_events(catalog, limit=10_000))
+
+
+@pytest.mark.spark
+def test_proposing_again_never_resets_a_stewards_edit(orders: Catalog) -> None:
+    """The issue's regression: a rule set to critical went back to warning when rules were proposed."""
+    ada = auth.get_user(orders, "ada")
+    number = next(n for n, e in enumerate(_orders_rules(orders), 1) if rules.rule_name(e) == "amount:be_between")
+    datasets.change_dataset_rule(orders, "shop", "orders", number, rules.RuleChange(severity="critical"), actor=ada)
+    before = _stored(orders)
+    proposal = datasets.propose_dataset_rules(orders, "shop", "orders", actor=ada)
+    assert _stored(orders) == before  # a proposal writes nothing
+    line = next(line for line in proposal.lines if line.name == "amount:be_between")
+    assert (line.status, line.change, line.number) == ("kept", "kept: edited by ada", number)
+    with pytest.raises(InvalidInput, match="edited by ada"):
+        datasets.accept_proposed_rules(orders, "shop", "orders", actor=ada, names=["amount:be_between"])
+    datasets.infer_dataset_rules(orders, "shop", "orders", actor=ada)  # the whole proposal, as `rules infer --apply`
+    item = _orders_rules(orders)[number - 1]
+    assert (rules.rule_name(item), item["severity"], rules.edited_by(item)) == ("amount:be_between", "critical", "ada")
+
+
+@pytest.mark.spark
+def test_accepting_applies_the_chosen_rules_and_records_who_accepted_what(orders: Catalog) -> None:
+    ada = auth.get_user(orders, "ada")
+    current = _orders_rules(orders)
+    # Rules as an older proposal left them: wider bounds, no "plan is never empty", plan once unique.
+    older = [e for e in current if rules.rule_name(e) != "plan:not_be_null"]
+    amount = next(e for e in older if rules.rule_name(e) == "amount:be_between")
+    amount["kwargs"]["max_value"] = 999.0
+    older.append(rules._rule("expect_column_values_to_be_unique", "plan"))
+    datasets.set_dataset_rules(orders, "shop", "orders", {"name": "orders", "expectations": older}, actor=ada)
+    proposal = datasets.propose_dataset_rules(orders, "shop", "orders", actor=ada)
+    changing = {line.name: line.status for line in proposal.lines if line.status in rules.APPLIED}
+    assert changing == {"amount:be_between": "changed", "plan:not_be_null": "new", "plan:be_unique": "removed"}
+    with pytest.raises(InvalidInput, match="no rules chosen"):
+        datasets.accept_proposed_rules(orders, "shop", "orders", actor=ada, names=[], proposal=proposal)
+    erin = auth.get_user(orders, "erin")
+    with pytest.raises(PermissionDenied):
+        datasets.accept_proposed_rules(orders, "shop", "orders", actor=erin, names=["amount:be_between"])
+
+    result = datasets.accept_proposed_rules(
+        orders, "shop", "orders", actor=ada, names=["amount:be_between", "plan:be_unique"], proposal=proposal
+    )
+    assert [(line.name, line.status) for line in result.accepted] == [
+        ("amount:be_between", "changed"),
+        ("plan:be_unique", "removed"),
+    ]
+    described = {rules.describe(e) for e in _orders_rules(orders)}
+    assert "amount is between 0 and 267.75" in described and "each plan appears once" not in described
+    assert "plan is never empty" not in described  # not chosen: still only proposed
+    (event,) = audit.list_events(orders, name="rules_accepted")
+    assert (event.actor, event.project_id, event.dataset_id) == ("ada", "shop", "orders")
+    assert [(a["rule"], a["status"]) for a in event.details["accepted"]] == [
+        ("amount:be_between", "changed"),
+        ("plan:be_unique", "removed"),
+    ]
+    assert event.details["version"] == proposal.version
+    again = datasets.propose_dataset_rules(orders, "shop", "orders", actor=ada)
+    assert [(line.name, line.status) for line in again.lines if line.status in rules.APPLIED] == [
+        ("plan:not_be_null", "new")
+    ]

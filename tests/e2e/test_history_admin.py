@@ -6,6 +6,7 @@ the real CLI before any browser opens it, so the table has a version 1 to go bac
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -276,7 +277,10 @@ def test_an_admin_reads_and_tunes_the_rules(
     shoot(page, "rules")
 
     choose(page, "rules_pick", "orders is between", re.compile(r"^#\d+ · orders is between"))
-    severity = page.locator("[class*='st-key-rules_severity_'] [role='combobox']")
+    # The form of the rule just chosen (its widgets are keyed by its number), not the one it replaces.
+    picked = re.match(r"#(\d+)", page.locator(".st-key-rules_pick").get_by_role("combobox").input_value())
+    assert picked is not None
+    severity = page.locator(f".st-key-rules_severity_{picked[1]} [role='combobox']")
     severity.click()
     page.get_by_role("option", name="critical", exact=True).click()
     page.get_by_role("button", name="Save rule").click()
@@ -284,6 +288,94 @@ def test_an_admin_reads_and_tunes_the_rules(
     wait_idle(page)
     row = grid(page, "rules_list").locator("tr", has_text="orders is between")
     expect(row).to_contain_text("critical")
+
+
+def _older_rules(server: OreoServer, folder: Path) -> str:
+    """Store rules as an older proposal left them; return the name of one a steward then makes critical.
+
+    Every inferred rule is as inferred (edits of earlier tests undone), but with a wider ``orders``
+    range (changed) and without "monthly_spend is never empty" (new).
+    """
+    suite = _cli(server, "rules", "show", "demo", "customers")
+    older = []
+    for item in suite["expectations"]:
+        if item.get("meta", {}).get("oreo", {}).get("inferred"):
+            item = {**item, "severity": "warning", "meta": {"oreo": {"inferred": True}}}
+        kwargs = item["kwargs"]
+        if (item["type"], kwargs.get("column")) == ("expect_column_values_to_be_between", "orders"):
+            kwargs["max_value"] = 500
+        if (item["type"], kwargs.get("column")) != ("expect_column_values_to_not_be_null", "monthly_spend"):
+            older.append(item)
+    path = folder / "older.json"
+    path.write_text(json.dumps({**suite, "expectations": older}))
+    _cli(server, "rules", "set", "demo", "customers", "--file", str(path))
+    number = next(
+        n
+        for n, item in enumerate(older, start=1)
+        if (item["type"], item["kwargs"].get("column")) == ("expect_column_values_to_not_be_null", "email")
+    )
+    _cli(server, "rules", "change", "demo", "customers", str(number), "--severity", "critical", "--as", "admin")
+    return "email:not_be_null"
+
+
+def test_an_admin_reviews_a_rule_proposal_and_accepts_part_of_it(
+    history_server: tuple[OreoServer, str],
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    tmp_path: Path,
+) -> None:
+    """Issue 24 §4: inferred rules are a proposal; nothing changes before Accept, and a steward's rule is kept."""
+    server, _ = history_server
+    kept = _older_rules(server, tmp_path)
+    page = new_page(server.url)
+    sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
+    page.get_by_role("link", name="Rules").click()
+    settle(page, page.get_by_role("heading", name="Rules", exact=True))
+    page.get_by_role("button", name="Propose rules").click()
+    settle(page, page.get_by_role("heading", name=re.compile(r"^Proposal from version \d+$")))
+    proposal = page.locator(".st-key-rules_proposal_table")
+    expect(proposal).to_contain_text("kept: edited by admin")
+    expect(proposal).to_contain_text("adds: monthly_spend is never empty")
+    expect(proposal).to_contain_text("orders is between 0 and 500")
+    expect(proposal.get_by_role("checkbox", name=kept)).to_be_disabled()
+    # Headings go down one level at a time: the title, its sections, the proposal.
+    levels = page.locator("[data-testid='stMain'] :is(h1, h2, h3, h4, h5, h6)").evaluate_all(
+        "els => els.map(e => Number(e.tagName[1]))"
+    )
+    assert levels[0] == 1 and all(b - a <= 1 for a, b in itertools.pairwise(levels)), levels
+    # Nothing is stored before Accept.
+    proposed = _cli(server, "rules", "propose", "demo", "customers")
+    changing = {line["name"]: line["status"] for line in proposed["rules"] if line["status"] in ("new", "changed")}
+    assert changing == {"orders:be_between": "changed", "monthly_spend:not_be_null": "new"}, changing
+
+    take = proposal.get_by_role("checkbox", name="orders:be_between")
+    proposal.locator("label", has=page.get_by_role("checkbox", name="orders:be_between")).click()
+    expect(take).to_be_checked()
+    shoot_sizes(page, proposal, "rules-proposal")
+    page.get_by_role("button", name="Accept selected").click()
+    expect(alert(page, "Accepted 1 proposed rule(s): orders:be_between.")).to_be_visible()
+    wait_idle(page)
+    expect(page.locator(".st-key-rules_proposal_table")).to_have_count(0)
+    row = grid(page, "rules_list").locator("tr", has_text="orders is between")
+    expect(row).not_to_contain_text("and 500")
+    after = _cli(server, "rules", "propose", "demo", "customers")
+    left = {line["name"]: line["status"] for line in after["rules"] if line["status"] in ("new", "changed", "kept")}
+    assert left == {"monthly_spend:not_be_null": "new", kept: "kept"}, left
+    _cli(server, "rules", "accept", "demo", "customers", "--all")  # as the other tests of this module expect
+
+
+def shoot_sizes(page: Page, target: Locator, name: str) -> None:
+    """Screenshots at 1400x1000 and 1024x768 with ``target`` in view (OREO_SCREENSHOTS names the folder)."""
+    folder = os.environ.get("OREO_SCREENSHOTS")
+    if not folder:
+        return
+    for width, height in ((1400, 1000), (1024, 768)):
+        page.set_viewport_size({"width": width, "height": height})
+        wait_idle(page)
+        target.scroll_into_view_if_needed()
+        page.screenshot(path=str(Path(folder) / f"{name}-{width}x{height}.png"))
+    page.set_viewport_size({"width": 1920, "height": 1200})
 
 
 @pytest.mark.parametrize("username", ["editor", "approver"])

@@ -501,7 +501,7 @@ def record_change_request(
             )
             s.add(row)
             s.flush()
-            s.add(_revision_row(cr_id, 1, rows, cells, run, base_version))
+            s.add(revision_row(cr_id, 1, rows, cells, run, base_version))
             audit.record(
                 s,
                 ChangeRequestSubmitted(
@@ -525,7 +525,7 @@ def record_change_request(
     return record
 
 
-def _revision_row(
+def revision_row(
     cr_id: str, revision: int, rows: int, cells: int, run: validation.ValidationRun, base_version: int
 ) -> CRRevisionRow:
     return CRRevisionRow(
@@ -1045,7 +1045,7 @@ def revise_change_request(
             row.validation_run_id, row.validation_status = run.run_id, run.status
             row.stages = stages_json(stages)
             row.updated_at = utcnow()
-            s.add(_revision_row(cr_id, revision, rows, cells, run, info.base_version))
+            s.add(revision_row(cr_id, revision, rows, cells, run, info.base_version))
             audit.record(
                 s,
                 ChangeRequestRevised(

@@ -178,15 +178,21 @@ def conflict_table(cr: ChangeRequest, conflicts: list[merge.Conflict], types: di
         return
     for i, c in enumerate(conflicts):
         with st.container(key=f"review_conflict_{i}"):
-            text, keep, take = st.columns([5, 1.2, 1.2], vertical_alignment="center")
+            text, keep, take = st.columns([3, 1.4, 1.4], vertical_alignment="center")
             text.markdown(
                 f"`{c.row_id}` · `{c.column or '(whole row)'}`: theirs **{conflict_value(c.theirs, c, types)}** "
                 f"(v{c.version}), mine **{conflict_value(c.mine, c, types)}**"
             )
             choice = None
-            if keep.button("Keep mine", key=f"review_keep_mine_{i}", icon=":material/person:", width="stretch"):
+            if keep.button(
+                "Keep mine", key=f"review_keep_mine_{i}", icon=":material/person:", width="stretch",
+                help="Your change stands over the newer one; the request is re-based on the current version.",
+            ):  # fmt: skip
                 choice = "mine"
-            if take.button("Take theirs", key=f"review_take_theirs_{i}", icon=":material/group:", width="stretch"):
+            if take.button(
+                "Take theirs", key=f"review_take_theirs_{i}", icon=":material/group:", width="stretch",
+                help="The newer value stays; this change leaves your request.",
+            ):  # fmt: skip
                 choice = "theirs"
             if choice is not None:
                 with st.spinner("Staging the next revision…"):

@@ -24,13 +24,12 @@ from app.components import (
     status_badge,
     wait_for_engine,
 )
+from app.conflict_views import conflict_table
 from app.diff_views import change_request_rows
-from app.formatting import EMPTY, display_value
 from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
 from core import auth, change_requests, datasets, imports, merge
 from core.change_requests import ChangeRequest, CRState
-from core.conflicts import resolve_conflict
 
 user = require_user()
 st.title("Review")
@@ -133,73 +132,6 @@ def conflicts_of(cr: ChangeRequest, version: int | None) -> list[merge.Conflict]
     if key not in cache:
         cache[key] = merge.find_conflicts(catalog(), cr.id, actor=user)
     return list(cache[key])
-
-
-def conflict_value(text: str | None, conflict: merge.Conflict, types: dict[str, str]) -> str:
-    """A conflict's base, theirs or mine as the grid shows it (a whole-row conflict's text as it is)."""
-    if conflict.column is None:
-        return text or EMPTY
-    return display_value(text, types.get(conflict.column))
-
-
-def conflict_table(cr: ChangeRequest, conflicts: list[merge.Conflict], types: dict[str, str]) -> None:
-    """What collides, with the three values, the commit and who made it; the author settles each right here."""
-    author = cr.author == user.username
-    if author:
-        advice = "For each, keep your change over the newer value or take theirs; the approver then reviews it again."
-    else:
-        advice = f"`{cr.author}`, the author, decides each: keep their change or take the newer value."
-        advice += " You can request changes meanwhile."
-    st.warning(
-        f"{len(conflicts)} change(s) collide with commits made after version {cr.base_version}. {advice}",
-        icon=":material/merge_type:",
-    )
-    st.dataframe(
-        pd.DataFrame(
-            [
-                {
-                    "row": c.row_id,
-                    "column": c.column or "(whole row)",
-                    "base": conflict_value(c.base, c, types),
-                    "theirs (now)": conflict_value(c.theirs, c, types),
-                    "mine": conflict_value(c.mine, c, types),
-                    "version": c.version,
-                    "committed by": c.committed_by or "",
-                    "reason": c.reason,
-                }
-                for c in conflicts
-            ]
-        ),
-        hide_index=True,
-        width="stretch",
-        key="review_conflicts_table",
-    )
-    if not author:
-        return
-    for i, c in enumerate(conflicts):
-        with st.container(key=f"review_conflict_{i}"):
-            text, keep, take = st.columns([3, 1.4, 1.4], vertical_alignment="center")
-            text.markdown(
-                f"`{c.row_id}` · `{c.column or '(whole row)'}`: theirs **{conflict_value(c.theirs, c, types)}** "
-                f"(v{c.version}), mine **{conflict_value(c.mine, c, types)}**"
-            )
-            choice = None
-            if keep.button(
-                "Keep mine", key=f"review_keep_mine_{i}", icon=":material/person:", width="stretch",
-                help="Your change stands over the newer one; the request is re-based on the current version.",
-            ):  # fmt: skip
-                choice = "mine"
-            if take.button(
-                "Take theirs", key=f"review_take_theirs_{i}", icon=":material/group:", width="stretch",
-                help="The newer value stays; this change leaves your request.",
-            ):  # fmt: skip
-                choice = "theirs"
-            if choice is not None:
-                with st.spinner("Staging the next revision…"):
-                    revised = resolve_conflict(catalog(), cr.id, c.row_id, c.column, choice, actor=user)
-                kept = "Kept your change" if choice == "mine" else "Took the newer value"
-                flash(f"{kept} on `{c.row_id}` · `{c.column or '(whole row)'}`: revision {revised.revision} is open.")
-                st.rerun()
 
 
 with oreo_errors():
@@ -361,7 +293,8 @@ with oreo_errors():
         if not conflicts:
             st.write(f"No conflicts with commits after version {cr.base_version}.")
         else:
-            conflict_table(cr, conflicts, {c.name: c.type for c in datasets.dataset_columns(info)})
+            types = {c.name: c.type for c in datasets.dataset_columns(info)}
+            conflict_table(cr, conflicts, types, user, key="review")
 
     if dialog_value("approve") == cr.id and cr.author != user.username:
         approve_dialog(cr)

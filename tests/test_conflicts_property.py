@@ -189,6 +189,16 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
         ("resolve", 0, 0, "theirs"),
     ]
 )
+# Two conflicts, one decided: the other stays (pinned to its older base) and still blocks approval.
+@example(
+    steps=[
+        ("edit", "ed", [(0, "a", 0), (1, "b", 0)]),
+        ("edit", "eve", [(0, "a", 1), (1, "b", 1)]),
+        ("approve", 0),
+        ("resolve", 0, 0, "mine"),
+        ("approve", 0),
+    ]
+)
 def test_reported_conflicts_equal_the_model(pristine: Path, tmp_path: Path, steps: list[tuple[Any, ...]]) -> None:
     with pytest.MonkeyPatch.context() as mp:
         ms.switch(ms.fresh_copy(pristine, tmp_path), mp)

@@ -387,7 +387,9 @@ def resolve_conflict(
     re-based onto the current version of ``main``: what they do not change is taken from
     it, and the cells of conflicts not decided yet stay pinned to their older base (module
     docstring). It is validated again and goes back to the approver, with a note in the
-    thread saying what was decided.
+    thread saying what was decided. (An edit request's session is left as it was: should an
+    approver later request changes, the revision staged from it is compared from the
+    session's base again, so a conflict settled here shows again there.)
 
     Args:
         catalog: The catalog.

@@ -203,7 +203,7 @@ def _listing(values: dict[str, str | None], columns: list[str]) -> str:
     return ", ".join(f"{c} = {EMPTY if values.get(c) is None else values[c]}" for c in columns) or "(no values)"
 
 
-def _row_conflict(row_id: str, row: _Compared, columns: list[str]) -> tuple[str, str, str, str] | None:
+def _row_conflict(row: _Compared, columns: list[str]) -> tuple[str, str, str, str] | None:
     """The whole-row conflict of a staged row that differs between its base and now: (reason, base, theirs, mine)."""
     given = row.changed if row.changed is not None else columns
     mine = "deletes the row" if row.op == "delete" else _listing(row.mine, given)
@@ -235,7 +235,7 @@ def _found(main: Location, staging: Location, base_version: int, now: int) -> li
     for row_id in sorted(set().union(*(c.keys() for c in compared.values()))):
         row_base = pins.get((row_id, None), base_version)
         row = compared.get(row_base, {}).get(row_id)
-        whole = _row_conflict(row_id, row, columns) if row is not None else None
+        whole = _row_conflict(row, columns) if row is not None else None
         if whole is not None:
             reason, base, theirs, mine = whole
             found.append((Conflict(row_id, None, 0, reason, base, theirs, mine), row_base))
@@ -404,7 +404,7 @@ def resolve_conflict(
 
     Raises:
         PermissionDenied: ``actor`` is not the author.
-        InvalidInput: An unknown choice, no such conflict, or taking theirs would leave the request empty.
+        InvalidInput: An unknown choice, no such conflict, or the request would be left empty.
         ConflictError: The request is not open, or changed while this ran.
         EngineError: Spark or DuckDB failed; the request is unchanged.
     """
@@ -498,7 +498,7 @@ def _write_resolved(
     keep, new_op, new_changed = _fix(target, choice, op, changed, columns)
     if not keep and record.rows <= 1:
         raise InvalidInput(
-            f"taking theirs would leave change request {record.id} empty; withdraw it instead", field="choice"
+            f"this would leave change request {record.id} empty; withdraw it instead", field="choice"
         )
     fix_view = f"oreo_fix_{commit.commit_id.replace('-', '')}"
     fix_schema = StructType([

@@ -354,7 +354,7 @@ def test_a_conflict_shows_base_theirs_mine_and_its_author_resolves_it(server: Se
         assert conflict["resolve"].startswith(f"oreo cr resolve {mine} {row} name --keep-mine|--take-theirs")
         keep = {"row_id": row, "column": "name", "choice": "mine"}
         refused = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
-        _assert_error(refused, 403, "PermissionDenied")
+        _assert_error(refused, 403, "permission_denied")
     with server.client("boss") as c:
         resolved = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
         assert resolved.status_code == 200, resolved.text

@@ -163,7 +163,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 # so the examples are few and short; the explicit ones pin the cases the issue reported.
 @pytest.mark.timeout(1800)
 @settings(
-    max_examples=3,
+    max_examples=2,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -261,7 +261,8 @@ with oreo_errors():
         elif cr.state == CRState.CHANGES_REQUESTED:
             note.caption(f"Approval waits for `{cr.author}` to revise it: changes were requested.")
         elif blocked:
-            note.caption(f"Approval is blocked: {' and '.join(blocked)}. The author settles conflicts (see Conflicts).")
+            then = "Its author keeps or drops each conflict (below)." if conflicts else "Reject it or request changes."
+            note.caption(f"Approval is blocked: {' and '.join(blocked)}. {then}")
         else:
             note.caption(f"Data checks: {status_badge(run.status if run else None)} · no conflicts")
         if cr.kind == "import" and cr.state == CRState.OPEN:

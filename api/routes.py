@@ -23,6 +23,7 @@ from api import jobs
 from core import (
     auth,
     change_requests,
+    conflicts,
     datasets,
     documents,
     engine,
@@ -343,7 +344,7 @@ def cr_show(
         changes=page.changes,
         total=page.total,
         run=change_requests.validation_for(catalog, cr_id, actor=user),
-        conflicts=merge.find_conflicts(catalog, cr_id, actor=user),
+        conflicts=conflicts.find_conflicts(catalog, cr_id, actor=user),
         thread=change_requests.comments(catalog, cr_id, actor=user),
         revisions=change_requests.revisions(catalog, cr_id, actor=user),
         states=change_requests.state_history(catalog, cr_id, actor=user),
@@ -425,6 +426,22 @@ def cr_revise(cr_id: str, user: Caller) -> Response:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
     return _document(documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user)))
+
+
+class ResolveBody(_Body):
+    row_id: str
+    column: str | None = Field(default=None, description="None (or *) for a whole-row conflict")
+    choice: Literal["mine", "theirs"] = Field(description="mine: keep the request's value; theirs: drop it")
+
+
+@router.post("/change-requests/{cr_id}/resolve", tags=["change requests"])
+def cr_resolve(cr_id: str, body: ResolveBody, user: Caller) -> Response:
+    """The author settles one conflict; the result is the request's next revision, with the conflicts left."""
+    catalog = _catalog()
+    cr = conflicts.resolve_conflict(catalog, cr_id, body.row_id, body.column, body.choice, actor=user)
+    doc = documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user))
+    doc["conflicts"] = [documents.conflict_doc(cr, c) for c in conflicts.find_conflicts(catalog, cr.id, actor=user)]
+    return _document(doc)
 
 
 class CommentBody(_Body):

@@ -21,7 +21,7 @@ import typer
 from cli import rows as rows_cli
 from cli.migrate import migrate_app
 from cli.notify import notify_app, webhook_app
-from core import auth, change_requests, datasets, documents, engine, logs, projects, rules, sessions
+from core import auth, change_requests, conflicts, datasets, documents, engine, logs, projects, rules, sessions
 from core.catalog import Catalog, open_catalog
 from core.documents import cr_doc as _cr_doc
 from core.documents import dataset_doc as _dataset_doc
@@ -714,7 +714,7 @@ def cr_show(
     as_user: AsUser = None,
 ) -> None:
     """Show a change request: its cell-level changes (and with --rows, row by row), validation and conflicts."""
-    from core import imports, merge
+    from core import imports
 
     rows_cli.check_rows_options(rows, kind, column, export)
     catalog = _catalog()
@@ -733,20 +733,20 @@ def cr_show(
             total = page.total
             if not page.changes or offset + len(changes) >= total:
                 break
-    conflicts = merge.find_conflicts(catalog, cr_id, actor=actor)
+    found = conflicts.find_conflicts(catalog, cr_id, actor=actor)
     run = change_requests.validation_for(catalog, cr_id, actor=actor)
     thread = change_requests.comments(catalog, cr_id, actor=actor)
     revisions = change_requests.revisions(catalog, cr_id, actor=actor)
     states = change_requests.state_history(catalog, cr_id, actor=actor)
     summary = imports.import_summary(catalog, cr_id, actor=actor)  # an import: its mode and row counts
     doc = documents.cr_show_doc(
-        cr, changes=changes, total=total, run=run, conflicts=conflicts, thread=thread, revisions=revisions,
+        cr, changes=changes, total=total, run=run, conflicts=found, thread=thread, revisions=revisions,
         states=states, imported=summary,
     )  # fmt: skip
     lines = [
         f"{cr.id} [{cr.state.value}] {cr.title!r} by {cr.author} on {cr.project_id}/{cr.dataset_id} "
         f"(base v{cr.base_version}, revision {cr.revision}); validation {cr.validation_status}; "
-        f"{len(conflicts)} conflict(s)"
+        f"{len(found)} conflict(s)"
     ]
     if summary:
         lines.append(
@@ -756,6 +756,7 @@ def cr_show(
     if cr.stages:
         lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
+    lines += _conflict_lines(cr, found)
     lines += _thread_lines(thread, revisions, states)
     if rows:
         page = rows_cli.all_rows(
@@ -841,6 +842,27 @@ def cr_resubmit(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="T
     )
 
 
+def _conflict_lines(cr: change_requests.ChangeRequest, found: list[conflicts.Conflict]) -> list[str]:
+    """Each conflict with its base, theirs and mine, and the command its author settles it with."""
+    if not found:
+        return []
+    lines = [f"conflicts (the author {cr.author} keeps or drops each):"]
+    for c in found:
+        by = f" by {c.committed_by}" if c.committed_by else ""
+        lines += [
+            f"  {c.row_id} · {c.column or '(whole row)'} · v{c.version}{by} · {c.reason}",
+            f"    base:   {_shown(c.base)}",
+            f"    theirs: {_shown(c.theirs)}",
+            f"    mine:   {_shown(c.mine)}",
+            f"    resolve: {c.command(cr.id)}",
+        ]
+    return lines
+
+
+def _shown(value: str | None) -> str:
+    return conflicts.EMPTY if value is None else value
+
+
 def _thread_lines(
     thread: list[change_requests.Comment],
     revisions: list[change_requests.Revision],
@@ -864,6 +886,37 @@ def _thread_lines(
         for h in states
     ]
     return lines
+
+
+@cr_app.command("resolve")
+def cr_resolve(
+    cr_id: str,
+    row: Annotated[str, typer.Argument(help="The conflicting row: its ROW_ID, as `oreo edit --set` names it.")],
+    column: Annotated[str, typer.Argument(help="The conflicting column, or * for a whole-row conflict.")],
+    as_user: Annotated[str, typer.Option("--as", help="The request's author.")],
+    keep_mine: Annotated[
+        bool, typer.Option("--keep-mine", help="Your value (or row change) stands over the newer one.")
+    ] = False,
+    take_theirs: Annotated[
+        bool, typer.Option("--take-theirs", help="The newer value stays; the cell (or row) leaves your request.")
+    ] = False,
+) -> None:
+    """Settle one conflict of your open request; the result is its next revision, reviewed again."""
+    if keep_mine == take_theirs:
+        raise typer.BadParameter("give exactly one of --keep-mine and --take-theirs", param_hint="--keep-mine")
+    catalog = _catalog()
+    actor = auth.get_user(catalog, as_user)
+    choice: conflicts.Choice = "mine" if keep_mine else "theirs"
+    cr = conflicts.resolve_conflict(catalog, cr_id, row, column, choice, actor=actor)
+    left = conflicts.find_conflicts(catalog, cr.id, actor=actor)
+    doc = {**documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=actor)),
+           "conflicts": [documents.conflict_doc(cr, c) for c in left]}  # fmt: skip
+    kept = "kept your change" if keep_mine else "took the newer value"
+    emit(
+        doc,
+        f"change request {cr.id}: {kept} on {row}.{column}; revision {cr.revision} (base v{cr.base_version}), "
+        f"{len(left)} conflict(s) left; validation {cr.validation_status}",
+    )
 
 
 @cr_app.command("comment")

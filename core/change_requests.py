@@ -577,7 +577,7 @@ def record_change_request(
             )
             s.add(row)
             s.flush()
-            s.add(_revision_row(cr_id, 1, rows, cells, run, base_version, digest))
+            s.add(revision_row(cr_id, 1, rows, cells, run, base_version, digest))
             audit.record(
                 s,
                 ChangeRequestSubmitted(
@@ -601,7 +601,7 @@ def record_change_request(
     return record
 
 
-def _revision_row(
+def revision_row(
     cr_id: str,
     revision: int,
     rows: int,
@@ -1184,7 +1184,7 @@ def revise_change_request(
             row.stages = stages_json(stages)
             row.digest = digest
             row.updated_at = utcnow()
-            s.add(_revision_row(cr_id, revision, rows, cells, run, info.base_version, digest))
+            s.add(revision_row(cr_id, revision, rows, cells, run, info.base_version, digest))
             audit.record(
                 s,
                 ChangeRequestRevised(

@@ -245,11 +245,16 @@ def cr_show_doc(
         "changes": [c.to_json() for c in changes],
         "total": total,
         "validation": validation_doc(run),
-        "conflicts": [c.to_json() for c in conflicts],
+        "conflicts": [conflict_doc(cr, c) for c in conflicts],
         "thread": [c.to_json() for c in thread],
         "revisions": [r.to_json() for r in revisions],
         "state_history": [h.to_json() for h in states],
     }
+
+
+def conflict_doc(cr: change_requests.ChangeRequest, conflict: merge.Conflict) -> dict[str, Any]:
+    """A conflict with base, theirs and mine, and the command its author settles it with."""
+    return {**conflict.to_json(), "resolve": conflict.command(cr.id)}
 
 
 def row_diff_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None = None) -> dict[str, Any]:

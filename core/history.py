@@ -23,7 +23,7 @@ is not in the log, the table moved and the caller is told to try again. Delta 4.
 RESTORE does not record that transaction id in its commit, so against a concurrent
 approval it relies on Delta's own conflict detection: a MERGE whose snapshot predates
 the restore fails (the restore removed files it read) and is retried after a fresh
-conflict check, which then sees the restore in the change data feed. A MERGE that
+conflict check, which then compares values with the restored version. A MERGE that
 checked before the restore but read its snapshot after it is not caught here; closing
 that gap needs a check in ``core.merge``.
 """

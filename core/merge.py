@@ -9,8 +9,8 @@ Approval runs, in order:
    import submitted with its review skipped (``core.imports.import_file(review=False)``),
    which ``merge_unreviewed_import`` merges at once with the admin as the merger; steps
    2 to 5 are the same;
-2. **conflicts**: cells the request changes that a commit after its ``base_version``
-   changed too, read from ``main``'s change data feed. Any conflict blocks approval;
+2. **conflicts**: cells the request changes whose values a commit after its ``base_version``
+   changed too (``core.conflicts``). Any conflict blocks approval until its author settles it;
 3. **validation**: the GX suite against what ``main`` would become (``core.validation``);
    a critical failure blocks approval. The submit's run is reused when it judged the
    change against the current version with the current suite (same inputs, same verdict);
@@ -75,9 +75,12 @@ from core.change_requests import (
     staging_path,
     validate_change_request,
 )
+from core.conflicts import Conflict as Conflict
+from core.conflicts import conflicts_since as conflicts_since
+from core.conflicts import find_conflicts as find_conflicts
 from core.datasets import get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
-from core.storage import Location, location, spark_uri
+from core.storage import Location, location
 from core.writer import writing
 
 log = logging.getLogger(__name__)
@@ -86,19 +89,6 @@ Progress = Callable[[float, str], None]
 MERGE_ACTION = "merge_change_request"
 MAX_ATTEMPTS = 5
 _SHOWN = 5
-
-
-@dataclass(frozen=True)
-class Conflict:
-    """A cell (or whole row, ``column`` None) changed both by the request and by ``version``."""
-
-    row_id: str
-    column: str | None
-    version: int
-    reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"row_id": self.row_id, "column": self.column, "version": self.version, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,91 +119,6 @@ def _retryable() -> tuple[type[BaseException], ...]:
 
 
 # ---------------------------------------------------------------- conflicts
-
-
-def _staged_changes(staging: Location) -> dict[str, tuple[str, list[str]]]:
-    """row_id -> (op, changed columns) of a staging table."""
-    rows = (
-        reads.cursor()
-        .execute(f"SELECT row_id, {OP_COLUMN}, {CHANGED_COLUMN} FROM delta_scan(?)", [str(staging)])
-        .fetchall()
-    )
-    return {r[0]: (r[1], list(r[2] or [])) for r in rows}
-
-
-# Up to this many staged row ids filter the change data feed as a list; more are joined.
-_LISTED_IDS = 1000
-
-
-def conflicts_since(main: Location, staging: Location, base_version: int) -> list[Conflict]:
-    """Cells the staged change touches that commits after ``base_version`` changed.
-
-    Nothing is read when ``main`` has not moved since ``base_version``. Otherwise reads
-    ``main``'s change data feed from ``base_version + 1`` with Spark, filtered to the staged
-    ``row_id``s (spelled as a list for a small request, so only those rows leave Spark):
-
-    * the request updates a cell another commit updated, or a row it deleted or re-added;
-    * the request deletes a row another commit updated or deleted;
-    * the request inserts a ``row_id`` another commit inserted.
-    """
-    latest = engine.latest_version(main)
-    if latest <= base_version:
-        return []
-    staged = _staged_changes(staging)
-    if not staged:
-        return []
-    spark = engine.get_spark()
-    try:
-        feed = (
-            spark.read.format("delta")
-            .option("readChangeFeed", "true")
-            .option("startingVersion", base_version + 1)
-            .option("endingVersion", latest)
-            .load(spark_uri(main))
-        )
-        if len(staged) <= _LISTED_IDS:
-            changes = feed.where(feed["row_id"].isin(sorted(staged)))
-        else:
-            changes = feed.join(
-                spark.read.format("delta").load(spark_uri(staging)).select("row_id"), "row_id", "left_semi"
-            )
-        rows = [r.asDict() for r in changes.collect()]
-    except Exception as exc:
-        raise EngineError(f"Spark could not read the change data feed of {main}: {str(exc).splitlines()[0]}") from exc
-
-    pre: dict[tuple[str, int], dict[str, Any]] = {}
-    found: dict[tuple[str, str | None], Conflict] = {}
-    for row in sorted(rows, key=lambda r: (r["_commit_version"], r["_change_type"] != "update_preimage")):
-        row_id, version, kind = row["row_id"], int(row["_commit_version"]), row["_change_type"]
-        op, columns = staged[row_id]
-        if kind == "update_preimage":
-            pre[(row_id, version)] = row
-            continue
-        if kind == "update_postimage":
-            before = pre.get((row_id, version), {})
-            touched = [c for c in columns if before.get(c) != row.get(c)]
-            if op == "update":
-                for column in touched:
-                    found.setdefault((row_id, column), Conflict(row_id, column, version, "also changed"))
-            elif op == "delete":
-                found.setdefault((row_id, None), Conflict(row_id, None, version, "row changed since; cannot delete"))
-        elif kind == "delete" and op in ("update", "delete"):
-            found.setdefault((row_id, None), Conflict(row_id, None, version, "row deleted since"))
-        elif kind == "insert":
-            found.setdefault((row_id, None), Conflict(row_id, None, version, "row added since"))
-    return sorted(found.values(), key=lambda c: (c.row_id, c.column or ""))
-
-
-def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflict]:
-    """Conflicts of an open change request with ``main`` as it is now (empty if closed)."""
-    record = get_change_request(catalog, cr_id, actor=actor)
-    layout = layout_for(record.project_id, record.dataset_id)
-    staging = staging_path(layout, record)
-    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
-        return []
-    conflicts = conflicts_since(layout.main, staging, record.base_version)
-    notify.emit_stale(catalog, record.project_id, record.dataset_id, cr_id, [c.version for c in conflicts])
-    return conflicts
 
 
 # Per process: the main version each open request was last checked against by sweep_stale.
@@ -508,11 +413,11 @@ def _raise_on_conflicts(record: ChangeRequest, main: Location, staging: Location
     conflicts = conflicts_since(main, staging, record.base_version)
     if conflicts:
         metrics.conflicts_found(len(conflicts))
-        shown = ", ".join(f"{c.row_id}.{c.column or '*'} (v{c.version})" for c in conflicts[:_SHOWN])
+        shown = ", ".join(f"{c.cell} (v{c.version})" for c in conflicts[:_SHOWN])
         more = f" and {len(conflicts) - _SHOWN} more" if len(conflicts) > _SHOWN else ""
         raise ConflictError(
             f"change request {record.id} conflicts with newer commits in {len(conflicts)} cell(s): {shown}{more}; "
-            "reject it and re-submit the edits against the current version"
+            f"its author {record.author} keeps or drops each ({conflicts[0].command(record.id)})"
         )
 
 

@@ -2,7 +2,8 @@
 
 A request whose changes were requested shows the reviewer's reason, a way back to the
 Table page (its session is editable again) and "Submit revision". Any request opens
-below with its diff, thread, revisions and state history.
+below with its diff, its conflicts with newer commits (each kept or dropped right there),
+thread, revisions and state history.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.components import (
     show_flash,
     status_badge,
 )
+from app.conflict_views import conflict_table
 from app.diff_views import change_request_rows
 from app.thread_views import cell_notes, discussion
 from core import change_requests, datasets, merge
@@ -35,6 +37,7 @@ from core.change_requests import (
     revise_change_request,
     withdraw_change_request,
 )
+from core.conflicts import find_conflicts
 
 STATES = ["all", *(s.value for s in CRState)]
 TABLE_PAGE = Path(__file__).parent / "table.py"
@@ -215,5 +218,11 @@ with oreo_errors():
                 types={c.name: c.type for c in datasets.dataset_columns(info)},
                 notes=cell_notes(thread, cr.revision), revision=cr.revision,
             )  # fmt: skip
+        found = find_conflicts(catalog(), cr.id, actor=user) if cr.state == CRState.OPEN else []
+        if found:
+            with st.container(key="requests_conflicts"):
+                st.markdown("**Conflicts**")
+                types = {c.name: c.type for c in datasets.dataset_columns(info)}
+                conflict_table(cr, found, types, user, key="requests")
         with st.container(key="requests_discussion"):
             discussion(cr, user, page, thread, key="requests")

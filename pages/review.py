@@ -31,6 +31,7 @@ from app.components import (
     status_badge,
     wait_for_engine,
 )
+from app.conflict_views import conflict_table
 from app.diff_views import change_request_rows
 from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
@@ -206,11 +207,12 @@ def not_open(cr_id: str) -> None:
 
 
 def conflicts_of(cr: ChangeRequest, version: int | None) -> list[merge.Conflict]:
-    """Conflicts are read from the change feed with Spark: remember them until ``main`` moves on."""
+    """Conflicts compare the request's rows at two versions: remember them until ``main`` or the request moves on."""
     cache = st.session_state.setdefault("review_conflicts", {})
-    if (cr.id, version) not in cache:
-        cache[(cr.id, version)] = merge.find_conflicts(catalog(), cr.id, actor=user)
-    return list(cache[(cr.id, version)])
+    key = (cr.id, cr.revision, version)
+    if key not in cache:
+        cache[key] = merge.find_conflicts(catalog(), cr.id, actor=user)
+    return list(cache[key])
 
 
 with oreo_errors():
@@ -356,7 +358,8 @@ with oreo_errors():
         elif cr.state == CRState.CHANGES_REQUESTED:
             note.caption(f"Approval waits for `{cr.author}` to revise it: changes were requested.")
         elif blocked:
-            note.caption(f"Approval is blocked: {' and '.join(blocked)}. Reject it so the author can re-submit.")
+            then = "Its author keeps or drops each conflict (below)." if conflicts else "Reject it or request changes."
+            note.caption(f"Approval is blocked: {' and '.join(blocked)}. {then}")
         else:
             note.caption(f"Data checks: {status_badge(run.status if run else None)} · no conflicts")
         if cr.kind == "import" and cr.state == CRState.OPEN:
@@ -388,26 +391,8 @@ with oreo_errors():
         if not conflicts:
             st.write(f"No conflicts with commits after version {cr.base_version}.")
         else:
-            st.warning(
-                f"{len(conflicts)} change(s) collide with commits made after version {cr.base_version}.",
-                icon=":material/merge_type:",
-            )
-            st.dataframe(
-                pd.DataFrame(
-                    [
-                        {
-                            "row_id": c.row_id,
-                            "column": c.column or "(whole row)",
-                            "version": c.version,
-                            "reason": c.reason,
-                        }
-                        for c in conflicts
-                    ]
-                ),
-                hide_index=True,
-                width="stretch",
-                key="review_conflicts_table",
-            )
+            types = {c.name: c.type for c in datasets.dataset_columns(info)}
+            conflict_table(cr, conflicts, types, user, key="review")
 
     if (seen := reviewed("approve", cr)) and cr.author != user.username:
         approve_dialog(cr, *seen)

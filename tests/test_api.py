@@ -328,6 +328,49 @@ def _row_ids(server: Server, dataset: str) -> list[str]:
     return [r["row_id"] for r in sorted(page["rows"], key=lambda r: r["id"])]
 
 
+def _submit_as(server: Server, who: str, dataset: str, edits: dict[str, Any]) -> str:
+    with server.client(who) as c:
+        saved = c.post(f"/api/v1/projects/demo/datasets/{dataset}/edits", json=edits)
+        assert saved.status_code == 200, saved.text
+        body = {"session_id": saved.json()["session_id"], "title": f"{who} edits"}
+        submitted = c.post(f"/api/v1/projects/demo/datasets/{dataset}/change-requests", json=body)
+        assert submitted.status_code == 201, submitted.text
+        return str(submitted.json()["cr_id"])
+
+
+def test_a_conflict_shows_base_theirs_mine_and_its_author_resolves_it(server: Server, people: str) -> None:
+    row = _row_ids(server, people)[5]
+    with server.client("ed") as c:
+        before = c.get(f"/api/v1/projects/demo/datasets/{people}/rows", params={"limit": 100}).json()
+    base = next(r["name"] for r in before["rows"] if r["row_id"] == row)
+    theirs = _submit_as(server, "ed", people, {"set": [{"row_id": row, "column": "name", "value": "theirs"}]})
+    mine = _submit_as(
+        server, "boss", people,
+        {"set": [{"row_id": row, "column": "name", "value": "mine"}, {"row_id": row, "column": "score", "value": "9"}]},
+    )  # fmt: skip
+    with server.client("ap") as c:
+        assert c.post(f"/api/v1/change-requests/{theirs}/approve", json={}).status_code == 200
+        [conflict] = c.get(f"/api/v1/change-requests/{mine}").json()["conflicts"]
+        assert {k: conflict[k] for k in ("row_id", "column", "reason", "base", "theirs", "mine", "committed_by")} == {
+            "row_id": row, "column": "name", "reason": "also changed",
+            "base": base, "theirs": "theirs", "mine": "mine", "committed_by": "ap",
+        }  # fmt: skip
+        assert conflict["resolve"].startswith(f"oreo cr resolve {mine} {row} name --keep-mine|--take-theirs")
+        keep = {"row_id": row, "column": "name", "choice": "mine"}
+        refused = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
+        _assert_error(refused, 403, "permission_denied")
+    with server.client("boss") as c:
+        resolved = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
+        assert resolved.status_code == 200, resolved.text
+        assert (resolved.json()["revision"], resolved.json()["conflicts"]) == (2, [])
+    with server.client("ap") as c:
+        assert c.get(f"/api/v1/change-requests/{mine}").json()["conflicts"] == []
+        assert c.post(f"/api/v1/change-requests/{mine}/approve", json={}).status_code == 200
+    with server.client("ed") as c:
+        after = c.get(f"/api/v1/projects/demo/datasets/{people}/rows", params={"limit": 100}).json()
+    assert next(r["name"] for r in after["rows"] if r["row_id"] == row) == "mine"
+
+
 def test_async_approve_answers_202_and_the_operation_ends_with_the_sync_document(server: Server, people: str) -> None:
     row_ids = _row_ids(server, people)
     cr_id = _edit_and_submit(

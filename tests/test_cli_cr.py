@@ -233,3 +233,48 @@ def test_rules_propose_shows_a_proposal_and_accept_applies_the_chosen_rules(  # 
     listed = run(capsys, "--json", "rules", "list", "demo", "people").json()["rules"]
     kept = next(r for r in listed if (r["type"], r["column"]) == (not_null, "age"))
     assert (kept["severity"], kept["edited_by"]) == ("critical", "ada")
+
+
+def _edit_submit(capsys, who: str, *sets: str) -> str:  # type: ignore[no-untyped-def]
+    edited = run(capsys, "edit", "demo", "people", "--as", who, *sets)
+    assert edited.code == 0, edited.err
+    submitted = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", who)
+    assert submitted.code == 0, submitted.err
+    return str(submitted.json()["cr_id"])
+
+
+def test_cr_show_lists_each_conflict_and_cr_resolve_settles_it(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    create_user(catalog, "eve", password="eve-password-1")
+    add_member(catalog, "demo", "eve", Role.EDITOR)
+    theirs = _edit_submit(capsys, "ed", "--set", "2", "age", "30")
+    mine = _edit_submit(capsys, "eve", "--set", "2", "age", "31", "--set", "3", "name", "Tres")
+    assert run(capsys, "cr", "approve", theirs, "--as", "al").code == 0
+
+    shown = run(capsys, "cr", "show", mine, "--as", "al")
+    assert shown.code == 0, shown.err
+    assert "conflicts (the author eve keeps or drops each):" in shown.out
+    block = shown.out.split("conflicts (the author eve keeps or drops each):\n")[1].splitlines()[:5]
+    assert [line.strip() for line in block] == [
+        "2 · age · v1 by al · also changed",
+        "base:   22",
+        "theirs: 30",
+        "mine:   31",
+        f"resolve: oreo cr resolve {mine} 2 age --keep-mine|--take-theirs --as AUTHOR",
+    ]
+    [conflict] = run(capsys, "--json", "cr", "show", mine, "--as", "al").json()["conflicts"]
+    assert (conflict["base"], conflict["theirs"], conflict["mine"], conflict["version"]) == ("22", "30", "31", 1)
+
+    neither = run(capsys, "cr", "resolve", mine, "2", "age", "--as", "eve")
+    assert neither.code == 2 and "exactly one of --keep-mine and --take-theirs" in neither.err
+    assert_one_error_line(
+        run(capsys, "cr", "resolve", mine, "2", "age", "--keep-mine", "--as", "al"), "only the author 'eve' decides"
+    )
+    assert_one_error_line(
+        run(capsys, "cr", "resolve", mine, "3", "name", "--keep-mine", "--as", "eve"), r"has no conflict on 3\.name"
+    )
+    resolved = run(capsys, "--json", "cr", "resolve", mine, "2", "age", "--take-theirs", "--as", "eve")
+    assert resolved.code == 0, resolved.err
+    assert (resolved.json()["revision"], resolved.json()["conflicts"]) == (2, [])
+    assert run(capsys, "cr", "approve", mine, "--as", "al").code == 0
+    ages = reads.cursor().execute("SELECT row_id, age, name FROM delta_scan(?) ORDER BY row_id", [str(_main())])
+    assert [r for r in ages.fetchall() if r[0] in ("2", "3")] == [("2", 30, "name 2"), ("3", 23, "Tres")]

@@ -301,6 +301,29 @@ def test_restore_round_trip_and_open_requests_see_the_conflict(catalog: Catalog)
     assert len([e for e in list_events(catalog, project_id=PROJECT) if e.name == "table_restored"]) == 1
 
 
+def test_a_restore_conflicts_only_with_the_cells_it_changed(catalog: Catalog) -> None:
+    """Restoring version 1 changes only row 4's score back (and re-adds row 5), yet re-adds whole files."""
+    ada, al = get_user(catalog, "ada"), get_user(catalog, "al")
+    elsewhere = submit(catalog, "ed3", [SetCell("6", "name", "Six"), SetCell("4", "qty", "41")])
+    same_cell = submit(catalog, "ed", [SetCell("4", "score", "9.5")])
+    deletes = submit(catalog, "ed2", [DeleteRow("4")])
+    history.restore_version(catalog, PROJECT, DATASET, 1, actor=ada, reason="undo the second batch")
+    diffed = history.diff_versions(catalog, PROJECT, DATASET, 2, 3, actor=ada)
+    assert {c.row_id for c in diffed.changes} == {"4", "5"}
+
+    # Another row, and another column of the same row: nothing to decide.
+    assert merge.find_conflicts(catalog, elsewhere.id, actor=al) == []
+    [cell] = merge.find_conflicts(catalog, same_cell.id, actor=al)
+    assert (cell.cell, cell.version, cell.reason, cell.committed_by) == ("4.score", 3, "also changed", "ada")
+    assert (cell.base, cell.theirs, cell.mine) == ("0.5", "5.0", "9.5")
+    assert merge.find_conflicts(catalog, deletes.id, actor=al) == [
+        merge.Conflict("4", None, 3, "row changed since; cannot delete")
+    ]
+    merge.approve_change_request(catalog, elsewhere.id, actor=al)
+    row = main_frame().set_index("row_id").loc["4"]
+    assert (row["qty"], row["score"]) == (41, 5.0)
+
+
 def test_a_vacuumed_version_is_refused_before_spark_runs(catalog: Catalog, spark) -> None:  # type: ignore[no-untyped-def]
     ada = get_user(catalog, "ada")
     _vacuum(spark)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core import change_requests as crs
-from core import datasets, engine, merge, reads, sessions
+from core import conflicts, datasets, engine, merge, reads, sessions
 from core.audit import list_events
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -293,3 +293,90 @@ def test_the_author_resubmits_against_the_current_version(catalog: Catalog) -> N
     assert (_table()["2"]["age"], "8" in _table(), "60" in _table()) == (31, False, True)
     with pytest.raises(ConflictError, match="only open requests can be re-submitted"):
         crs.resubmit_change_request(catalog, stale.id, actor=ed)
+
+
+# ---------------------------------------------------------------- conflicts: base, theirs, mine; the author decides
+
+
+def test_a_conflict_shows_base_theirs_mine_and_who_committed(catalog: Catalog) -> None:
+    al = get_user(catalog, "al")
+    first = _submit(catalog, [SetCell("2", "age", "30")])
+    second = _submit(catalog, [SetCell("2", "age", "31"), SetCell("2", "name", "Deux")], author="eve")
+    merge.approve_change_request(catalog, first.id, actor=al)
+    [conflict] = merge.find_conflicts(catalog, second.id, actor=al)
+    assert (conflict.cell, conflict.version, conflict.reason) == ("2.age", 1, "also changed")
+    assert (conflict.base, conflict.theirs, conflict.mine, conflict.committed_by) == ("22", "30", "31", "al")
+    assert conflict.to_json() == {
+        "row_id": "2", "column": "age", "version": 1, "reason": "also changed",
+        "base": "22", "theirs": "30", "mine": "31", "committed_by": "al",
+    }  # fmt: skip
+    with pytest.raises(ConflictError, match=rf"its author eve keeps or drops each \(oreo cr resolve {second.id} 2 age"):
+        merge.approve_change_request(catalog, second.id, actor=al)
+
+
+def test_a_value_changed_and_changed_back_is_no_conflict(catalog: Catalog) -> None:
+    al = get_user(catalog, "al")
+    there = _submit(catalog, [SetCell("2", "age", "30")])
+    merge.approve_change_request(catalog, there.id, actor=al)
+    mine = _submit(catalog, [SetCell("2", "age", "31")], author="eve")  # based on version 1
+    back = _submit(catalog, [SetCell("2", "age", "99")])
+    merge.approve_change_request(catalog, back.id, actor=al)
+    again = _submit(catalog, [SetCell("2", "age", "30")])
+    merge.approve_change_request(catalog, again.id, actor=al)
+    assert merge.find_conflicts(catalog, mine.id, actor=al) == []  # 30 -> 99 -> 30: nothing to decide
+    merge.approve_change_request(catalog, mine.id, actor=al)
+    assert _table()["2"]["age"] == 31
+
+
+def test_the_author_keeps_one_conflict_and_drops_another(catalog: Catalog) -> None:
+    eve, al = get_user(catalog, "eve"), get_user(catalog, "al")
+    first = _submit(catalog, [SetCell("2", "age", "30"), SetCell("3", "name", "Trois")])
+    second = _submit(
+        catalog, [SetCell("2", "age", "31"), SetCell("3", "name", "Tres"), SetCell("5", "age", "55")], author="eve"
+    )
+    merge.approve_change_request(catalog, first.id, actor=al)
+    assert [c.cell for c in merge.find_conflicts(catalog, second.id, actor=al)] == ["2.age", "3.name"]
+    with pytest.raises(PermissionDenied, match="only the author 'eve' decides the conflicts"):
+        conflicts.resolve_conflict(catalog, second.id, "2", "age", "mine", actor=al)
+    with pytest.raises(InvalidInput, match=r"has no conflict on 5\.age; its conflicts: 2\.age, 3\.name"):
+        conflicts.resolve_conflict(catalog, second.id, "5", "age", "mine", actor=eve)
+
+    kept = conflicts.resolve_conflict(catalog, second.id, "2", "age", "mine", actor=eve)
+    assert (kept.state, kept.revision, kept.base_version, kept.cells) == (crs.CRState.OPEN, 2, 1, 3)
+    # The undecided conflict stays, although the request is now based on version 1.
+    left = merge.find_conflicts(catalog, second.id, actor=al)
+    assert [(c.cell, c.version, c.base, c.theirs, c.mine) for c in left] == [("3.name", 1, "name 3", "Trois", "Tres")]
+    with pytest.raises(ConflictError, match="conflicts with newer commits in 1 cell"):
+        merge.approve_change_request(catalog, second.id, actor=al)
+    taken = conflicts.resolve_conflict(catalog, second.id, "3", "name", "theirs", actor=eve)
+    assert (taken.revision, taken.cells, taken.rows) == (3, 2, 2)
+    assert merge.find_conflicts(catalog, second.id, actor=al) == []
+    notes = [c.body for c in crs.comments(catalog, second.id, actor=al)]
+    assert notes == [
+        "Resolved the conflict on 2.age: kept my change (31) over version 1 by al (30).",
+        "Resolved the conflict on 3.name: took version 1 by al (Trois); dropped mine.",
+    ]
+    # The approver sees the re-based diff: theirs -> mine for the kept cell, nothing for the dropped one.
+    changes = crs.diff_change_request(catalog, second.id, actor=al).changes
+    assert [(c.row_id, c.column, c.old, c.new) for c in changes] == [("2", "age", "30", "31"), ("5", "age", "25", "55")]
+    merge.approve_change_request(catalog, second.id, actor=al)
+    table = _table()
+    assert (table["2"]["age"], table["3"]["name"], table["5"]["age"]) == (31, "Trois", 55)
+
+
+def test_whole_row_conflicts_are_kept_or_dropped(catalog: Catalog) -> None:
+    eve, al = get_user(catalog, "eve"), get_user(catalog, "al")
+    first = _submit(catalog, [DeleteRow("7"), SetCell("8", "age", "80")])
+    second = _submit(catalog, [SetCell("7", "age", "1"), DeleteRow("8")], author="eve")
+    merge.approve_change_request(catalog, first.id, actor=al)
+    found = merge.find_conflicts(catalog, second.id, actor=al)
+    assert [(c.cell, c.reason, c.base, c.theirs, c.mine) for c in found] == [
+        ("7.*", "row deleted since", "age = 27", "row deleted", "age = 1"),
+        ("8.*", "row changed since; cannot delete", "age = 28", "age = 80", "deletes the row"),
+    ]
+    conflicts.resolve_conflict(catalog, second.id, "7", None, "mine", actor=eve)  # the edited row comes back
+    conflicts.resolve_conflict(catalog, second.id, "8", "*", "theirs", actor=eve)  # row 8 stays as they left it
+    assert merge.find_conflicts(catalog, second.id, actor=al) == []
+    merge.approve_change_request(catalog, second.id, actor=al)
+    table = _table()
+    assert (table["7"]["name"], table["7"]["age"], table["8"]["age"]) == ("name 7", 1, 80)

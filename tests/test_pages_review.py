@@ -254,6 +254,27 @@ def test_conflicts_block_approval(workspace: Catalog, ids: dict[str, str]) -> No
     ]
 
 
+def test_each_conflict_shows_base_theirs_mine_and_only_its_author_settles_it(
+    workspace: Catalog, ids: dict[str, str]
+) -> None:
+    merge.approve_change_request(workspace, ids["mine"], actor=user(workspace, "abe"))
+    values = "base **starter** → theirs **pro** (version 1 by abe) · mine **enterprise**"
+
+    at = _review("abe", ids["own"])
+    assert values in _markdown(at)
+    assert has_text(at.warning, "`ann`, the author, decides each")
+    assert not [k for k in button_keys(at) if k.startswith(("review_keep_mine_", "review_take_theirs_"))]
+
+    at = _review("ann", ids["own"])
+    assert values in _markdown(at)
+    assert {"review_keep_mine_0", "review_take_theirs_0"} <= set(button_keys(at))
+    at.button(key="review_keep_mine_0").click().run(timeout=600)
+    assert not at.exception and not at.error, texts(at.error)
+    assert has_text(at.success, "Kept your change on `1003` · `plan`: revision 2 is open.")
+    assert "No conflicts with commits after version 1." in _markdown(at)
+    assert merge.find_conflicts(workspace, ids["own"], actor=user(workspace, "abe")) == []
+
+
 def test_a_stale_request_is_resubmitted_on_the_current_version(workspace: Catalog, ids: dict[str, str]) -> None:
     merge.approve_change_request(workspace, ids["own"], actor=user(workspace, "abe"))
     at = signed_in("eve", REQUESTS_PAGE)

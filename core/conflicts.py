@@ -1,0 +1,583 @@
+"""Conflicts of an open change request with newer commits to ``main``, and how its author settles each.
+
+A commit after a request's base version conflicts with the request only where it changed
+a value the request depends on. The request's staged rows are read from ``main`` at the
+base version and at the current version (DuckDB time travel, filtered to the staged
+``row_id``s) and compared value by value, as ``oreo diff --from --to`` compares versions,
+never by the files a commit wrote: a restore re-adds whole files, yet conflicts only with
+the cells whose values it really changed.
+
+* the request updates a cell whose value differs now: "also changed";
+* the request updates or deletes a row deleted since: "row deleted since";
+* the request deletes a row some of whose values differ now: "row changed since; cannot delete";
+* the request stages a ``row_id`` that did not exist at its base but does now: "row added since".
+
+Each ``Conflict`` names the newest commit that changed it and who made it (found by walking
+back from the current version, only when something conflicts), and shows the values:
+``base`` (main at the base version), ``theirs`` (main now) and ``mine`` (the request's), as
+DuckDB text like every diff.
+
+The request's author decides each conflict (four-eyes: an approver must not edit what they
+then approve): **keep mine** (the request's value stands over the newer one) or **take
+theirs** (the cell, or the row, leaves the request). ``resolve_conflict`` stages the result
+as the request's next revision, re-based onto the current version, so the approver reviews
+it again. Conflicts not decided yet must not vanish with the re-base: their cells stay
+*pinned* to the version they were based on, recorded in the new staging table's commit
+userMetadata (``pinned``, a staging table is written once), and are compared from there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy import select
+
+from core import audit, engine, notify, reads
+from core.auth import Role, User, require_role
+from core.catalog import Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
+from core.change_requests import (
+    CHANGED_COLUMN,
+    OP_COLUMN,
+    ChangeRequest,
+    ChangeRequestRevised,
+    CRState,
+    Stopwatch,
+    get_change_request,
+    record_from_row,
+    revision_row,
+    save_staging,
+    staged_columns,
+    stages_json,
+    staging_digest,
+    staging_path,
+    validate_change_request,
+)
+from core.datasets import get_dataset, layout_for
+from core.diff import select_list
+from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
+from core.storage import Location, location, remove_tree, spark_uri
+
+ALSO_CHANGED = "also changed"
+ROW_DELETED = "row deleted since"
+ROW_CHANGED = "row changed since; cannot delete"
+ROW_ADDED = "row added since"
+
+Choice = Literal["mine", "theirs"]
+CHOICES: tuple[Choice, ...] = ("mine", "theirs")
+EMPTY = "∅"  # how every screen shows an empty value (app.formatting.EMPTY)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A cell (or whole row, ``column`` None) the request changes that commit ``version`` changed too.
+
+    ``base``, ``theirs`` and ``mine`` are the values at the request's base version, in main
+    now and in the request (DuckDB text; a row conflict describes the rows). They, and
+    ``committed_by``, describe the conflict and take no part in comparing two.
+    """
+
+    row_id: str
+    column: str | None
+    version: int
+    reason: str
+    base: str | None = field(default=None, compare=False)
+    theirs: str | None = field(default=None, compare=False)
+    mine: str | None = field(default=None, compare=False)
+    committed_by: str | None = field(default=None, compare=False)
+
+    @property
+    def cell(self) -> str:
+        """``row_id.column``, ``row_id.*`` for the whole row: how messages name it."""
+        return f"{self.row_id}.{self.column or '*'}"
+
+    def command(self, cr_id: str) -> str:
+        """The ``oreo`` command that settles this conflict of ``cr_id`` (its author picks one flag)."""
+        column = self.column or "'*'"
+        return f"oreo cr resolve {cr_id} {self.row_id} {column} --keep-mine|--take-theirs --as AUTHOR"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row_id": self.row_id,
+            "column": self.column,
+            "version": self.version,
+            "reason": self.reason,
+            "base": self.base,
+            "theirs": self.theirs,
+            "mine": self.mine,
+            "committed_by": self.committed_by,
+        }
+
+
+# ---------------------------------------------------------------- finding conflicts
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """One staged row that differs between ``main`` at some base version and now."""
+
+    op: str
+    changed: list[str] | None
+    existed: bool
+    exists: bool
+    base: dict[str, str | None]
+    now: dict[str, str | None]
+    mine: dict[str, str | None]
+
+
+# Up to this many staged row ids are spelled as an ``IN`` list, which DuckDB pushes into the
+# scan (file and row group skipping); more are read from the staging table.
+_LISTED_IDS = 1000
+
+
+def pinned_cells(staging: Location) -> dict[tuple[str, str | None], int]:
+    """Cells of a staging table still compared from an older version than its request's base (see module doc)."""
+    found = engine.find_commit(staging, -1)
+    pins = found[1].get("pinned") if found else None
+    return {(str(r), c if c is None else str(c)): int(v) for r, c, v in pins or []}
+
+
+def _data_columns(main: Location, staging: Location, versions: list[int]) -> tuple[list[str], dict[int, set[str]]]:
+    """Every data column of the staging table and of ``main`` at ``versions``, and which each version has."""
+    present = {v: {c.name for c in reads.table_schema(main, v)} for v in versions}
+    names = [c for c in staged_columns(staging) if c != "row_id"]
+    for v in versions:
+        names += [c.name for c in reads.table_schema(main, v) if c.name != "row_id" and c.name not in names]
+    return names, present
+
+
+def _texts(alias: str, columns: list[str]) -> str:
+    q = reads.quote_ident
+    return "[" + ", ".join(f"CAST({alias}.{q(c)} AS VARCHAR)" for c in columns) + "]::VARCHAR[]"
+
+
+def _compare(
+    main: Location, staging: Location, base: int, now: int, columns: list[str], present: dict[int, set[str]],
+    ids: list[str] | None,
+) -> dict[str, _Compared]:  # fmt: skip
+    """The staged rows (or only ``ids``) whose values in ``main`` differ between ``base`` and ``now``."""
+    q = reads.quote_ident
+    staged_ids = ids if ids is not None else _staged_ids(staging)
+    if not staged_ids:
+        return {}
+    if len(staged_ids) <= _LISTED_IDS:
+        where, id_params = f"row_id IN ({', '.join('?' * len(staged_ids))})", list(staged_ids)
+    else:
+        where, id_params = "row_id IN (SELECT row_id FROM delta_scan(?))", [str(staging)]
+    staged = set(staged_columns(staging))
+    differs = " OR ".join(f"CAST(b.{q(c)} AS VARCHAR) IS DISTINCT FROM CAST(n.{q(c)} AS VARCHAR)" for c in columns)
+    sql = f"""
+        WITH s AS (SELECT row_id, {OP_COLUMN}, {CHANGED_COLUMN}, {select_list(columns, staged)}
+                   FROM delta_scan(?) WHERE {where}),
+        b AS (SELECT row_id, {select_list(columns, present[base])} FROM delta_scan(?, version => ?) WHERE {where}),
+        n AS (SELECT row_id, {select_list(columns, present[now])} FROM delta_scan(?, version => ?) WHERE {where})
+        SELECT s.row_id, s.{OP_COLUMN}, s.{CHANGED_COLUMN}, b.row_id IS NOT NULL, n.row_id IS NOT NULL,
+               {_texts("b", columns)}, {_texts("n", columns)}, {_texts("s", columns)}
+        FROM s LEFT JOIN b ON b.row_id = s.row_id LEFT JOIN n ON n.row_id = s.row_id
+        WHERE (b.row_id IS NULL) <> (n.row_id IS NULL) OR (b.row_id IS NOT NULL AND ({differs or "false"}))
+    """
+    params = [str(staging), *id_params, str(main), base, *id_params, str(main), now, *id_params]
+    try:
+        rows = reads.cursor().execute(sql, params).fetchall()
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not compare {main} with version {base}: {str(exc).splitlines()[0]}") from exc
+    return {
+        str(r[0]): _Compared(
+            op=str(r[1]),
+            changed=None if r[2] is None else [str(c) for c in r[2]],
+            existed=bool(r[3]),
+            exists=bool(r[4]),
+            base=dict(zip(columns, r[5], strict=True)),
+            now=dict(zip(columns, r[6], strict=True)),
+            mine=dict(zip(columns, r[7], strict=True)),
+        )
+        for r in rows
+    }
+
+
+def _staged_ids(staging: Location) -> list[str]:
+    return [str(r[0]) for r in reads.cursor().execute("SELECT row_id FROM delta_scan(?)", [str(staging)]).fetchall()]
+
+
+def _listing(values: dict[str, str | None], columns: list[str]) -> str:
+    return ", ".join(f"{c} = {EMPTY if values.get(c) is None else values[c]}" for c in columns) or "(no values)"
+
+
+def _row_conflict(row: _Compared, columns: list[str]) -> tuple[str, str, str, str] | None:
+    """The whole-row conflict of a staged row that differs between its base and now: (reason, base, theirs, mine)."""
+    given = row.changed if row.changed is not None else columns
+    mine = "deletes the row" if row.op == "delete" else _listing(row.mine, given)
+    if row.existed and not row.exists and row.op in ("update", "delete"):
+        return ROW_DELETED, _listing(row.base, given if row.op == "update" else columns), "row deleted", mine
+    if not row.existed and row.exists:
+        return ROW_ADDED, "no such row", _listing(row.now, columns), mine
+    if row.existed and row.exists and row.op == "delete":
+        moved = [c for c in columns if row.base[c] != row.now[c]]
+        return ROW_CHANGED, _listing(row.base, moved), _listing(row.now, moved), mine
+    return None
+
+
+def _found(main: Location, staging: Location, base_version: int, now: int) -> list[tuple[Conflict, int]]:
+    """Every conflict (not yet attributed to a commit) with the version its cell is compared from."""
+    pins = pinned_cells(staging)
+    bases = sorted(v for v in {base_version, *pins.values()} if v < now)
+    if not bases:
+        return []
+    columns, present = _data_columns(main, staging, [*bases, now])
+    compared = {
+        b: _compare(
+            main, staging, b, now, columns, present,
+            None if b == base_version else sorted({r for (r, _), v in pins.items() if v == b}),
+        )
+        for b in bases
+    }  # fmt: skip
+    found: list[tuple[Conflict, int]] = []
+    for row_id in sorted(set().union(*(c.keys() for c in compared.values()))):
+        row_base = pins.get((row_id, None), base_version)
+        row = compared.get(row_base, {}).get(row_id)
+        whole = _row_conflict(row, columns) if row is not None else None
+        if whole is not None:
+            reason, base, theirs, mine = whole
+            found.append((Conflict(row_id, None, 0, reason, base, theirs, mine), row_base))
+            continue
+        any_row = next(c[row_id] for c in compared.values() if row_id in c)
+        if any_row.op != "update":
+            continue
+        for column in any_row.changed if any_row.changed is not None else columns:
+            cell_base = pins.get((row_id, column), base_version)
+            cell = compared.get(cell_base, {}).get(row_id)
+            if cell is not None and cell.existed and cell.exists and cell.base[column] != cell.now[column]:
+                values = cell.base[column], cell.now[column], cell.mine[column]
+                found.append((Conflict(row_id, column, 0, ALSO_CHANGED, *values), cell_base))
+    return found
+
+
+# Versions read per query while looking for the commit that made each conflict.
+_WALK_BATCH = 8
+
+
+def _attributed(main: Location, found: list[tuple[Conflict, int]], now: int) -> list[Conflict]:
+    """``found`` with each conflict's ``version``: the newest commit after which its cell (or row) is as it is now.
+
+    Walks back from ``now``, a few versions per query, reading only the conflicting rows,
+    and stops once every conflict is placed (at the latest at its base version, where by
+    definition it differed).
+    """
+    if not found:
+        return []
+    ids = sorted({c.row_id for c, _ in found})
+    oldest = min(b for _, b in found)
+    states = _states(main, ids, [now])
+    placed: dict[int, int] = {}
+    version = now - 1
+    while len(placed) < len(found) and version >= oldest:
+        batch = list(range(version, max(oldest, version - _WALK_BATCH + 1) - 1, -1))
+        states.update(_states(main, ids, batch))
+        for v in batch:
+            for i, (conflict, base) in enumerate(found):
+                if i not in placed and v >= base and _state(states[v], conflict) != _state(states[now], conflict):
+                    placed[i] = v + 1
+        version = batch[-1] - 1
+    by = _committers(main, set(placed.values()))
+    return [
+        Conflict(c.row_id, c.column, placed.get(i, base + 1), c.reason, c.base, c.theirs, c.mine, by.get(placed.get(i)))
+        for i, (c, base) in enumerate(found)
+    ]
+
+
+def _state(rows: dict[str, dict[str, str | None]], conflict: Conflict) -> tuple[Any, ...]:
+    """What a conflict compares at one version: the row's presence and its cell, or its whole row."""
+    row = rows.get(conflict.row_id)
+    if row is None:
+        return ("no row",)
+    return ("row", row.get(conflict.column) if conflict.column is not None else tuple(sorted(row.items())))
+
+
+def _states(main: Location, ids: list[str], versions: list[int]) -> dict[int, dict[str, dict[str, str | None]]]:
+    """Rows ``ids`` of ``main`` at each of ``versions``, values as DuckDB text (one query)."""
+    if not versions:
+        return {}
+    marks = ", ".join("?" for _ in ids)
+    selects, params, names = [], [], {}
+    for v in versions:
+        columns = [c.name for c in reads.table_schema(main, v) if c.name != "row_id"]
+        names[v] = columns
+        pairs = ", ".join(f"{reads.quote_literal(c)}, CAST({reads.quote_ident(c)} AS VARCHAR)" for c in columns)
+        selects.append(
+            f"SELECT {int(v)} AS v, row_id, CAST(json_object({pairs}) AS VARCHAR) AS values_ "
+            f"FROM delta_scan(?, version => ?) WHERE row_id IN ({marks})"
+        )
+        params += [str(main), int(v), *ids]
+    try:
+        rows = reads.cursor().execute(" UNION ALL ".join(selects), params).fetchall()
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not read the history of {main}: {str(exc).splitlines()[0]}") from exc
+    out: dict[int, dict[str, dict[str, str | None]]] = {v: {} for v in versions}
+    for v, row_id, values in rows:
+        out[int(v)][str(row_id)] = json.loads(values) if names[int(v)] else {}
+    return out
+
+
+def _committers(main: Location, versions: set[int]) -> dict[int | None, str | None]:
+    """Who made each of ``versions``: the Oreo actor in its userMetadata, else Delta's ``userName``."""
+    found: dict[int | None, str | None] = {}
+    log = location(main) / "_delta_log"
+    for version in versions:
+        file = log / f"{version:020d}.json"
+        if not file.is_file():
+            continue
+        for line in file.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            if info is not None:
+                meta = engine.parse_user_metadata(info.get("userMetadata"))
+                found[version] = str(meta.get("actor") or info.get("userName") or "") or None
+    return found
+
+
+def conflicts_since(main: Location, staging: Location, base_version: int) -> list[Conflict]:
+    """The conflicts (module docstring) of a staging table based on ``base_version`` with ``main`` now.
+
+    Nothing is read when ``main`` has not moved since ``base_version`` (and no cell is pinned
+    to an older one). Ordered by row, then column (the whole row first).
+
+    Raises:
+        EngineError: DuckDB could not read the tables.
+    """
+    return [c for c, _ in _conflicts_at(main, staging, base_version, engine.latest_version(main))]
+
+
+def _conflicts_at(main: Location, staging: Location, base_version: int, now: int) -> list[tuple[Conflict, int]]:
+    found = _found(main, staging, base_version, now)
+    return list(zip(_attributed(main, found, now), (b for _, b in found), strict=True))
+
+
+def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflict]:
+    """Conflicts of an open change request with ``main`` as it is now (empty if closed)."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    staging = staging_path(layout, record)
+    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+        return []
+    conflicts = conflicts_since(layout.main, staging, record.base_version)
+    notify.emit_stale(catalog, record.project_id, record.dataset_id, cr_id, [c.version for c in conflicts])
+    return conflicts
+
+
+# ---------------------------------------------------------------- resolving
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConflictResolved(audit.AuditEvent):
+    name = "cr_conflict_resolved"
+    cr_id: str
+    revision: int
+    row_id: str
+    column: str | None
+    choice: str
+    version: int
+
+
+def resolve_conflict(
+    catalog: Catalog, cr_id: str, row_id: str, column: str | None, choice: Choice, *, actor: User
+) -> ChangeRequest:
+    """The author settles one conflict of an open request, as the request's next revision.
+
+    "mine" keeps the request's value (or row change) over the newer one; "theirs" drops the
+    cell (or the row) from the request. The next revision is the request's staged rows
+    re-based onto the current version of ``main``: what they do not change is taken from
+    it, and the cells of conflicts not decided yet stay pinned to their older base (module
+    docstring). It is validated again and goes back to the approver, with a note in the
+    thread saying what was decided. (An edit request's session is left as it was: should an
+    approver later request changes, the revision staged from it is compared from the
+    session's base again, so a conflict settled here shows again there.)
+
+    Args:
+        catalog: The catalog.
+        cr_id: An open change request.
+        row_id: The conflicting row.
+        column: The conflicting column; None (or ``*``) for a whole-row conflict.
+        choice: "mine" or "theirs".
+        actor: The request's author.
+
+    Returns:
+        The request at its new revision.
+
+    Raises:
+        PermissionDenied: ``actor`` is not the author.
+        InvalidInput: An unknown choice, no such conflict, or the request would be left empty.
+        ConflictError: The request is not open, or changed while this ran.
+        EngineError: Spark or DuckDB failed; the request is unchanged.
+    """
+    column = None if column in (None, "", "*") else column
+    if choice not in CHOICES:
+        raise InvalidInput(f"unknown choice {choice!r}; use mine (keep mine) or theirs (take theirs)", field="choice")
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.author != actor.username:
+        raise PermissionDenied(
+            f"only the author {record.author!r} decides the conflicts of {cr_id}; an approver can request changes",
+            user=actor.username,
+        )
+    require_role(catalog, actor, record.project_id, Role.EDITOR, action="resolve a conflict")
+    if record.state != CRState.OPEN:
+        raise ConflictError(f"change request {cr_id} is {record.state.value}; only an open request's conflicts resolve")
+    layout = layout_for(record.project_id, record.dataset_id)
+    staging = staging_path(layout, record)
+    if not (staging / "_delta_log").is_dir():
+        raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
+    main = layout.main
+    now = engine.latest_version(main)
+    found = _conflicts_at(main, staging, record.base_version, now)
+    target = next((c for c, _ in found if c.row_id == row_id and c.column == column), None)
+    if target is None:
+        listed = ", ".join(c.cell for c, _ in found) or "none"
+        raise InvalidInput(
+            f"change request {cr_id} has no conflict on {row_id}.{column or '*'}; its conflicts: {listed}",
+            field="column" if column else "row",
+        )
+    pinned = [[c.row_id, c.column, base] for c, base in found if c is not target]
+    revision = record.revision + 1
+    fresh = layout.staging(cr_id, revision)
+    remove_tree(fresh)  # a resolve that died half-way
+    commit = engine.new_commit(
+        actor.username, "stage_change_request", cr_id=cr_id, revision=revision, pinned=pinned,
+        resolved={"row_id": row_id, "column": column, "choice": choice, "version": target.version},
+    )  # fmt: skip
+    clock = Stopwatch("submit")
+    try:
+        clock.start("staging")
+        rows, cells = _write_resolved(main, now, staging, fresh, target, choice, commit, record)
+        clock.start("checks")
+        dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
+        run = validate_change_request(layout, dataset, fresh, version=now)
+        stages = clock.timings()
+        updated = _record_resolution(
+            catalog, record, actor, target, choice, revision, rows, cells, now, run, stages, staging_digest(fresh)
+        )
+    except BaseException:
+        remove_tree(fresh)
+        raise
+    notify.emit(
+        catalog, "revised", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
+        extra={"revision": revision},
+    )
+    return updated
+
+
+def _fix(target: Conflict, choice: Choice, op: str, changed: list[str] | None, columns: list[str]) -> Any:
+    """How the decided row is staged next: (keep it, its op, its changed columns)."""
+    if target.column is not None:
+        if choice == "mine":
+            return True, op, changed
+        left = [c for c in (changed if changed is not None else columns) if c != target.column]
+        return bool(left), op, left
+    if choice == "theirs" or (target.reason == ROW_DELETED and op == "delete"):
+        return False, op, changed  # the row leaves the request (a delete of a deleted row has nothing left to do)
+    if target.reason == ROW_DELETED:
+        return True, "insert", changed  # the edited row comes back, as the request has it
+    if target.reason == ROW_ADDED and op == "insert":
+        return True, "update", columns  # the request's row replaces the one added since
+    return True, op, changed
+
+
+def _write_resolved(
+    main: Location, now: int, staging: Location, fresh: Location, target: Conflict, choice: Choice,
+    commit: engine.CommitInfo, record: ChangeRequest,
+) -> tuple[int, int]:  # fmt: skip
+    """Write the next revision's staging table; return its rows and cells."""
+    from pyspark.sql.types import ArrayType, BooleanType, StringType, StructField, StructType  # Spark loads lazily
+
+    spark = engine.get_spark()
+    q, lit = engine.spark_ident, engine.spark_string
+    staged_schema = spark.read.format("delta").load(spark_uri(staging)).schema
+    columns = [f.name for f in staged_schema.fields if f.name not in ("row_id", OP_COLUMN, CHANGED_COLUMN)]
+    current = {c.name for c in reads.table_schema(main, now)}
+    row = reads.cursor().execute(
+        f"SELECT {OP_COLUMN}, {CHANGED_COLUMN} FROM delta_scan(?) WHERE row_id = ?", [str(staging), target.row_id]
+    ).fetchone()
+    if row is None:
+        raise ConflictError(f"row {target.row_id!r} is no longer staged in {record.id}; reload the request")
+    op, changed = str(row[0]), None if row[1] is None else [str(c) for c in row[1]]
+    keep, new_op, new_changed = _fix(target, choice, op, changed, columns)
+    if not keep and record.rows <= 1:
+        raise InvalidInput(
+            f"this would leave change request {record.id} empty; withdraw it instead", field="choice"
+        )
+    fix_view = f"oreo_fix_{commit.commit_id.replace('-', '')}"
+    fix_schema = StructType([
+        StructField("row_id", StringType()), StructField("keep", BooleanType()),
+        StructField("op", StringType()), StructField("changed", ArrayType(StringType())),
+    ])  # fmt: skip
+    spark.createDataFrame([(target.row_id, keep, new_op, new_changed)], fix_schema).createOrReplaceTempView(fix_view)
+    types = {f.name: f.dataType.simpleString() for f in staged_schema.fields}
+    changed_now = f"CASE WHEN f.row_id IS NULL THEN s.{CHANGED_COLUMN} ELSE f.changed END"
+    op_now = f"coalesce(f.op, s.{OP_COLUMN})"
+    # What the request does not change is taken from main now: the re-base.
+    values = ", ".join(
+        f"CASE WHEN {op_now} = 'update' AND m.row_id IS NOT NULL AND NOT array_contains({changed_now}, {lit(c)}) "
+        f"THEN CAST(m.{q(c)} AS {types[c]}) ELSE s.{q(c)} END AS {q(c)}"
+        if c in current
+        else f"s.{q(c)}"
+        for c in columns
+    )
+    ids = _staged_ids(staging)
+    scope = (
+        "WHERE row_id IN (" + ", ".join(lit(r) for r in ids) + ")"
+        if len(ids) <= _LISTED_IDS
+        else f"WHERE row_id IN (SELECT row_id FROM {engine.delta_ref(staging)})"
+    )
+    sql = (
+        f"SELECT s.row_id, {values}, {op_now} AS {OP_COLUMN}, {changed_now} AS {CHANGED_COLUMN} "
+        f"FROM {engine.delta_ref(staging)} s "
+        f"LEFT JOIN (SELECT * FROM {engine.delta_ref(main)} VERSION AS OF {int(now)} {scope}) m ON m.row_id = s.row_id "
+        f"LEFT JOIN {fix_view} f ON f.row_id = s.row_id WHERE f.row_id IS NULL OR f.keep"
+    )
+    save_staging(fresh, sql, commit, views=[fix_view])
+    if keep and (target.column is None or choice == "mine"):
+        return record.rows, record.cells
+    if not keep and target.column is None:  # the row left the request, with the cells it changed
+        dropped = 0 if op == "delete" else len(changed) if changed is not None else len(columns)
+        return record.rows - 1, max(0, record.cells - dropped)
+    return record.rows - (0 if keep else 1), max(0, record.cells - 1)
+
+
+def _record_resolution(
+    catalog: Catalog, record: ChangeRequest, actor: User, target: Conflict, choice: Choice, revision: int,
+    rows: int, cells: int, now: int, run: Any, stages: list[Any], digest: str,
+) -> ChangeRequest:  # fmt: skip
+    by = f" by {target.committed_by}" if target.committed_by else ""
+    what = f"{target.row_id}.{target.column}" if target.column else f"row {target.row_id}"
+    if choice == "mine":
+        note = f"Resolved the conflict on {what}: kept my change ({target.mine}) over version {target.version}{by}"
+        note += f" ({target.theirs})." if target.column else "."
+    else:
+        note = f"Resolved the conflict on {what}: took version {target.version}{by} ({target.theirs}); dropped mine."
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, record.id)
+        if row is None or row.state != CRState.OPEN.value or (row.revision or 1) != record.revision:
+            raise ConflictError(f"change request {record.id} changed while its conflict was being resolved; reload it")
+        taken = s.scalars(
+            select(CRRevisionRow).where(CRRevisionRow.cr_id == record.id, CRRevisionRow.revision == revision)
+        ).first()
+        if taken is not None:
+            raise ConflictError(f"change request {record.id} changed while its conflict was being resolved; reload it")
+        row.revision = revision
+        row.rows, row.cells, row.base_version = rows, cells, now
+        row.validation_run_id, row.validation_status = run.run_id, run.status
+        row.stages = stages_json(stages)
+        row.digest = digest
+        row.updated_at = utcnow()
+        s.add(revision_row(record.id, revision, rows, cells, run, now, digest))
+        s.add(CommentRow(cr_id=record.id, author=actor.username, body=note, revision=revision))
+        for event in (
+            ChangeRequestRevised(
+                actor=actor.username, project_id=record.project_id, dataset_id=record.dataset_id, cr_id=record.id,
+                revision=revision, rows=rows, cells=cells,
+            ),
+            ConflictResolved(
+                actor=actor.username, project_id=record.project_id, dataset_id=record.dataset_id, cr_id=record.id,
+                revision=revision, row_id=target.row_id, column=target.column, choice=choice, version=target.version,
+            ),
+        ):  # fmt: skip
+            audit.record(s, event)
+        return record_from_row(row)

@@ -271,11 +271,12 @@ def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dic
         raise InvalidInput("no edits given; send set, delete_rows or add_rows", field="edits")
     catalog = _catalog()
     session_id = body.session_id
-    if session_id is None:
-        session_id = sessions.open_session(catalog, project_id, dataset_id, actor=user).session_id
+    if session_id is None:  # a session is started only for values that fit: a refused edit leaves none
+        info, count = sessions.save_edits(catalog, project_id, dataset_id, ops, actor=user)
+        session_id = info.session_id
     else:
         _session_on(catalog, session_id, project_id, dataset_id, user)
-    count = sessions.apply_edits(catalog, session_id, ops, actor=user)
+        count = sessions.apply_edits(catalog, session_id, ops, actor=user)
     return documents.edit_doc(session_id, count)
 
 

@@ -553,11 +553,12 @@ def edit(
         )
     catalog = _catalog()
     actor = auth.get_user(catalog, as_user)
-    if session_id is None:
-        session_id = sessions.open_session(catalog, project_id, dataset_id, actor=actor).session_id
+    if session_id is None:  # a session is started only for values that fit: a refused edit leaves none
+        info, count = sessions.save_edits(catalog, project_id, dataset_id, ops, actor=actor)
+        session_id = info.session_id
     else:
         _session_on(catalog, session_id, project_id, dataset_id, actor)
-    count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
+        count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
     emit(documents.edit_doc(session_id, count), f"session {session_id}: {count} pending edit(s)")
 
 

@@ -655,14 +655,16 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
     return len(_fold(stored + events))
 
 
-def save_edits(catalog: Catalog, project_id: str, dataset_id: str, ops: list[EditOp], *, actor: User) -> SessionInfo:
+def save_edits(
+    catalog: Catalog, project_id: str, dataset_id: str, ops: list[EditOp], *, actor: User
+) -> tuple[SessionInfo, int]:
     """Save ``ops`` to the actor's open session on a dataset, starting one only for values that fit.
 
     A refused first edit leaves no session behind: without an open session, the values are
     checked against the dataset's columns (``core.values``) before one is started.
 
     Returns:
-        The session the edits went to.
+        The session the edits went to, and its number of effective edits afterwards.
 
     Raises:
         The errors of ``apply_edits``, and ``InvalidInput`` for a value before any session exists.
@@ -676,8 +678,7 @@ def save_edits(catalog: Catalog, project_id: str, dataset_id: str, ops: list[Edi
         schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), int(dataset.version or 0))}
         _check_values(schema, ops, allow_non_finite=_allow_non_finite(dataset))
         info = open_session(catalog, project_id, dataset_id, actor=actor)
-    apply_edits(catalog, info.session_id, ops, actor=actor)
-    return info
+    return info, apply_edits(catalog, info.session_id, ops, actor=actor)
 
 
 def _check_values(schema: dict[str, str], ops: list[EditOp], *, allow_non_finite: bool) -> None:

@@ -9,7 +9,6 @@ the URL, so a link opens the same view.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from pathlib import Path
 from typing import Any
@@ -40,9 +39,18 @@ from core.config import get_settings
 from core.errors import OreoError
 from core.filters import Condition
 from core.reads import Page
-from core.values import INTEGER_RANGES, type_family
+from core.values import type_family
 
 NATURAL = "(table order)"
+# What the add-row form's text fields ask for, by column type family.
+ADD_ROW_PLACEHOLDERS = {
+    "integer": "whole number",
+    "decimal": "number",
+    "float": "number",
+    "date": "YYYY-MM-DD",
+    "timestamp": "YYYY-MM-DD HH:MM:SS",
+    "timestamptz": "YYYY-MM-DD HH:MM:SS[+HH:MM]",
+}
 ROW_PX = 35
 MAX_GRID_PX = 900
 PENDING_SHOWN = 100
@@ -181,40 +189,24 @@ def pending_label(change: sessions.PendingChange, types: dict[str, str]) -> tupl
 
 
 def add_row_input(slot: Any, column: reads.Column, rule: editing.ColumnRule | None, key: str) -> Any:
-    """The add-row form's input for one column: the same kind of widget the grid edits it with."""
+    """The add-row form's input for one column: text, except a box to tick or a list to choose from.
+
+    Numbers and dates are typed as text, as in the grid: Streamlit's number and date inputs
+    change what was typed (they drop or round characters and rewrite a typed day), and the
+    text must reach ``core.values`` unchanged, which saves its canonical value or refuses it.
+    """
     family = type_family(column.type)
     label = f"{column.name} ({column.type.lower()})"
     if rule is not None and rule.value_set is not None:
         return slot.selectbox(label, list(rule.value_set), index=None, key=key, placeholder="choose")
     if family == "boolean":
         return slot.checkbox(column.name, key=key)
-    if family == "date":
-        return slot.date_input(
-            label, value=None, min_value=filter_bar.MIN_DATE, max_value=filter_bar.MAX_DATE, format="YYYY-MM-DD",
-            key=key,
-        )  # fmt: skip
-    if family == "integer" and column.type.upper() in filter_bar.SAFE_INTEGER_TYPES:
-        low, high = INTEGER_RANGES[column.type.upper()]
-        return slot.number_input(
-            label, value=None, min_value=low, max_value=high, step=1, format="%d", key=key, placeholder="whole number"
-        )
-    if family == "integer":
-        return slot.text_input(label, key=key, placeholder="whole number")
-    if family == "float":
-        return slot.number_input(label, value=None, step=1.0, format="%g", key=key, placeholder="number")
-    placeholder = "YYYY-MM-DD HH:MM:SS" if family in ("timestamp", "timestamptz") else None
-    return slot.text_input(label, key=key, placeholder=placeholder)
+    return slot.text_input(label, key=key, placeholder=ADD_ROW_PLACEHOLDERS.get(family))
 
 
 def form_value(value: Any) -> Any:
-    """An add-row input's value as core takes it (None: left empty)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return value
+    """An add-row input's value as core takes it: typed text unchanged (None: left empty)."""
+    return None if value is None or value == "" else value
 
 
 with oreo_errors():

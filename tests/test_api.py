@@ -673,6 +673,37 @@ def test_every_error_status_has_the_one_shape(server: Server, people: str) -> No
         _assert_error(c.get("/api/v1/projects/demo/datasets/broken/rows"), 503, "engine_unavailable")
 
 
+def test_a_refused_first_edit_creates_no_session(server: Server, people: str) -> None:
+    """A value core refuses answers 400 naming it and starts nothing: no session folder, no catalog row."""
+    auth.create_user(server.catalog, "typo", password="password123")  # an editor with no session yet
+    auth.add_member(server.catalog, "demo", "typo", "editor")
+    token = server.token("typo")
+    live = dataset_layout(server.data_root, "demo", people).live_edit_root
+
+    def session_folders() -> list[str]:
+        return sorted(p.name for p in live.iterdir()) if live.exists() else []
+
+    folders = session_folders()
+    started = len(audit.list_events(server.catalog, name="session_started"))
+    row_id = _row_ids(server, people)[4]
+    edits = f"/api/v1/projects/demo/datasets/{people}/edits"
+    with httpx.Client(base_url=server.url, headers=_bearer(token), timeout=600) as c:
+        for body, message in (
+            ({"set": [{"row_id": row_id, "column": "score", "value": "1,5"}]}, "'1,5' is not a number (DOUBLE)"),
+            ({"add_rows": [{"id": "1.5", "name": "new"}]}, "column 'id': '1.5' is not a whole number"),
+        ):
+            refused = c.post(edits, json=body)
+            _assert_error(refused, 400, "invalid_input")
+            assert message in refused.json()["error"]["message"], refused.text
+        assert session_folders() == folders
+        assert len(audit.list_events(server.catalog, name="session_started")) == started
+        # A value that fits starts the session.
+        saved = c.post(edits, json={"set": [{"row_id": row_id, "column": "score", "value": "1.5"}]})
+        assert saved.status_code == 200, saved.text
+    assert session_folders() == sorted([*folders, saved.json()["session_id"]])
+    assert len(audit.list_events(server.catalog, name="session_started")) == started + 1
+
+
 # ---------------------------------------------------------------- the 1,000,000-row export
 
 

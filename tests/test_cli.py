@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cli import main as cli
-from core import auth, engine, reads
+from core import auth, datasets, engine, reads, sessions
 from core.audit import list_events
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -455,6 +455,44 @@ def test_edit_without_edit_options_is_refused_and_creates_no_session(capsys, sha
     assert len(list_events(open_catalog(), name="session_started")) == started_before
     submitted = run(capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed")
     assert_one_error_line(submitted, "ed has no open session on demo/people")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        (["--set", "3", "score", "1,5"], r"^error: row '3', column 'score': '1,5' is not a number \(DOUBLE\)"),
+        (
+            ["--add-row", '{"id": "1.5", "name": "new"}'],
+            r"^error: row '\(new row\)', column 'id': '1\.5' is not a whole",
+        ),
+    ],
+)
+def test_a_refused_first_edit_creates_no_session(  # type: ignore[no-untyped-def]
+    capsys, shared: CliDataset, edits: list[str], message: str
+) -> None:
+    """A value core refuses starts nothing: no session folder, no session_started row, no open session."""
+    username = f"typo{len(edits[-1])}"  # an editor of their own, with no session yet
+    assert run(capsys, "user", "add", username).code == 0
+    assert run(capsys, "member", "add", "demo", username, "--role", "editor").code == 0
+    live = datasets.layout_for("demo", "people").live_edit_root
+    sessions_before = sorted(p.name for p in live.iterdir()) if live.exists() else []
+    started_before = len(list_events(open_catalog(), name="session_started"))
+
+    result = run(capsys, "--json", "edit", "demo", "people", "--as", username, *edits)
+
+    assert_one_error_line(result, message)
+    assert (sorted(p.name for p in live.iterdir()) if live.exists() else []) == sessions_before
+    assert len(list_events(open_catalog(), name="session_started")) == started_before
+    user = auth.get_user(open_catalog(), username)
+    assert sessions.current_session(open_catalog(), "demo", "people", actor=user) is None
+    # The same edit with a value that fits starts the session and saves it.
+    fixed = [e.replace("1,5", "1.5").replace('"1.5"', '"9001"') for e in edits]
+    saved = run(capsys, "--json", "edit", "demo", "people", "--as", username, *fixed)
+    assert saved.code == 0, saved.err
+    assert len(list_events(open_catalog(), name="session_started")) == started_before + 1
+    started = sessions.current_session(open_catalog(), "demo", "people", actor=user)
+    assert started is not None and saved.json()["session_id"] == started.session_id
 
 
 @pytest.mark.spark

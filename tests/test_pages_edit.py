@@ -251,7 +251,7 @@ def test_a_row_added_through_the_typed_form_is_one_change_and_the_view_stays(wor
 
     at.text_input(key="table_add_order_id").input("5000")
     at.text_input(key="table_add_plan").input("pro")
-    at.number_input(key="table_add_amount").set_value(12.5)
+    at.text_input(key="table_add_amount").input("12.5")
     at.button(key="table_add_submit").click().run(timeout=120)
 
     assert not at.error, texts(at.error)
@@ -299,6 +299,22 @@ def test_adding_a_row_with_a_taken_key_is_refused(workspace: Catalog) -> None:
     assert has_text(at.error, "a row with key '1000' already exists"), texts(at.error)
     assert pending(workspace, "erin") == []
     assert at.text_input(key="table_add_order_id").value == "1000"
+
+
+@pytest.mark.parametrize("typed", ["1,5", "12abc", "1.5.0"])
+def test_a_number_typed_into_the_form_reaches_core_as_typed_and_a_refused_one_starts_no_session(
+    workspace: Catalog, typed: str
+) -> None:
+    at = signed_in("erin", TABLE_PAGE)
+
+    at.text_input(key="table_add_order_id").input("5000")
+    at.text_input(key="table_add_amount").input(typed)  # text: a number input would drop or round characters
+    at.button(key="table_add_submit").click().run(timeout=120)
+
+    message = f"row '(new row)', column 'amount': '{typed}' is not a number (DOUBLE); nothing was saved"
+    assert has_text(at.error, message), texts(at.error)
+    assert sessions.current_session(workspace, "shop", "orders", actor=user(workspace, "erin")) is None
+    assert at.text_input(key="table_add_amount").value == typed
 
 
 def test_a_column_with_allowed_values_is_a_select_box(workspace: Catalog) -> None:

@@ -4,7 +4,8 @@ Each test signs in with its own demo account on the shared server (so its sessio
 own), types each input in real keystrokes into the Table grid, presses Enter, and checks
 the saved value (grid, pending list, the session through the CLI) or the refusal, which
 quotes exactly what was typed and saves nothing. The first input of each test is refused,
-and starts no session. Screenshots (1400x1000 and 1024x768) land in ``$OREO_SCREENSHOTS``.
+and starts no session. The "Add a row" form is typed into the same way, field by field.
+Screenshots (1400x1000 and 1024x768) land in ``$OREO_SCREENSHOTS``.
 """
 
 from __future__ import annotations
@@ -231,3 +232,78 @@ def test_dates_are_typed_in_iso_and_an_impossible_one_is_refused_as_typed(
     shoot_editing(page, shots, "grid-typing-date-editing", "signup_date", None)
 
     _type_each(page, oreo_server, "admin", "signup_date", DATES)
+
+
+# ---------------------------------------------------------------- the Table page's "Add a row" form
+
+
+def add_row_field(form: Locator, column: str) -> Locator:
+    """A field of the add-row form (its key gets a suffix once a row was saved)."""
+    return form.locator(f"[class*='st-key-table_add_{column}'] input")
+
+
+def type_field(field: Locator, typed: str) -> None:
+    """Select the field's text and type ``typed`` key by key, as a person replaces a value."""
+    field.click()
+    field.press("ControlOrMeta+a")
+    field.press_sequentially(typed, delay=30)
+    expect(field).to_have_value(typed)  # the field holds every character typed
+
+
+def test_the_add_row_form_saves_typed_numbers_and_dates_as_core_reads_them_or_refuses_them(
+    oreo_server: OreoServer,
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    shots: Path,
+) -> None:
+    # An editor of their own: the other tests' sessions are not theirs, so a refused first row starts none.
+    password = oreo(oreo_server, "user", "add", "typist")["password"]
+    oreo(oreo_server, "member", "add", "demo", "typist", "--role", "editor")
+    page = new_page(oreo_server.url)
+    sign_in(page, "typist", password, settle)
+    open_table(page, settle)
+    expect(pending_caption(page)).to_contain_text("No edits yet")
+
+    form = page.locator(".st-key-table_add")
+    form.get_by_text("Add a row").click()
+    add = form.get_by_role("button", name="Add row")
+    expect(add).to_be_visible()
+    wait_quiet(page)
+    typed = {"customer_id": "999101", "first_name": "Ada", "monthly_spend": "1,5", "signup_date": "2024-02-29"}
+    typed["orders"] = "7"
+    for column, text in typed.items():
+        type_field(add_row_field(form, column), text)
+    shoot(page, shots, "add-row-typing", focus=add)
+
+    # Each refusal quotes the text as typed, names the column, and saves nothing; the form keeps the text.
+    for column, text, why, fixed in (
+        ("monthly_spend", "1,5", "is not a number (DOUBLE)", "12.50"),
+        ("orders", "1.5", "is not a whole number; BIGINT would round it", "7"),
+    ):
+        type_field(add_row_field(form, column), text)
+        add.click()
+        refused = alert(page, f"row '(new row)', column '{column}': '{text}' {why}; nothing was saved")
+        expect(refused).to_be_visible()
+        wait_quiet(page)
+        expect(pending_caption(page)).to_contain_text("No edits yet")  # no session was started
+        expect(add_row_field(form, column)).to_have_value(text)
+        if column == "orders":
+            shoot(page, shots, "add-row-refused", focus=refused)
+        type_field(add_row_field(form, column), fixed)
+
+    add.click()
+    expect(alert(page, "Row 999101 added as one pending change")).to_be_visible()
+    wait_quiet(page)
+    expect(pending_caption(page)).to_contain_text("1 pending change")
+    expect(add_row_field(form, "orders")).to_have_value("")  # the form is empty again
+    session = oreo(oreo_server, "session", "show", _session_id(page), "--as", "typist")
+    saved = {e["column"]: e["new_value"] for e in session["edits"] if e["row_id"] == "999101" and e["column"]}
+    assert saved == {
+        "customer_id": "999101",
+        "first_name": "Ada",
+        "monthly_spend": "12.5",
+        "signup_date": "2024-02-29",
+        "orders": "7",
+        "active": "false",  # the box left unticked
+    }

@@ -315,7 +315,7 @@ class EngineStatus:
     ``elapsed_s`` is the time since the background start began (its full length once it
     ended); ``expected_s`` the last start measured on this data root, if any. ``warm``: the
     warm-up the start was given (``start_in_background(warm_up=...)``) ran after ``ready``
-    and ended (a failed warm-up is logged and ends it too).
+    and ended (a failed warm-up is logged and ends it too); False for a start given none.
     """
 
     state: str

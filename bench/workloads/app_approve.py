@@ -15,7 +15,7 @@ moved under it: validation is reused, as when a person approves a fresh request)
   its own first approval. The warm figures come from later approvals on the first server;
 * core: ``core.merge.approve_change_request`` of a request of the same size in this
   Python process, warm (one untimed approval of each size first), interleaved with the
-  app's approvals so load drift hits both.
+  app's approvals (which goes first alternates by round) so load drift hits both.
 
 Targets: warm app <= 1.3x warm core (each size), the first approval after a start <=
 1.5x a warm one (each size), and a warm 1-cell approval through the app < 2.5 s. Every
@@ -338,8 +338,12 @@ def run(config: BenchConfig) -> WorkloadResult:
                                 app_warm[kind].append(ms)
                                 note(kind, "app warm", ms)
 
-                            app_approval(app, kind, warm)
-                            core_approval(kind)
+                            if round_no % 2 == 0:
+                                app_approval(app, kind, warm)
+                                core_approval(kind)
+                            else:
+                                core_approval(kind)
+                                app_approval(app, kind, warm)
                 finally:
                     app.stop()
         finally:

@@ -22,6 +22,7 @@ import uuid
 from core import change_requests, engine, merge, reads
 from core.change_requests import CHANGED_COLUMN, OP_COLUMN
 from core.config import get_settings
+from core.errors import EngineError
 from core.storage import Location, remove_tree
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ def _approve_scratch(main: Location, staging: Location) -> None:
     merge.merge_staged(main, staging, commit, txn=(merge.TXN_APP_ID, base + 1))
     landed = engine.find_commit(main, base, cr_id="warm-up", action=merge.MERGE_ACTION)
     if landed is None:
-        raise RuntimeError(f"the warm-up MERGE left no commit in {main}")
+        raise EngineError(f"the warm-up MERGE left no commit in {main}")
     # After a merge: the catalog's row count, and the conflict check's change data feed read
     # (a request whose table moved since it was submitted).
     reads.count_rows(main, landed[0])

@@ -63,10 +63,12 @@ def _approve_scratch(main: Location, staging: Location) -> None:
     """Create ``main`` and a staged change of a few rows, then check and MERGE it as an approval does."""
     spark = engine.get_spark()
     commit = engine.new_commit(WARM_UP_ACTOR, "warm_up")
+    # A checkpoint at every commit: the MERGE's commit then writes one, as every tenth
+    # approval's does, and the reads after it start from it, as a real table's do.
+    properties = f"{engine.main_table_properties_sql()}, 'delta.checkpointInterval' = '1'"
     with engine.commit_metadata(commit):
         spark.sql(
-            f"CREATE TABLE {engine.delta_ref(main)} USING DELTA "
-            f"TBLPROPERTIES ({engine.main_table_properties_sql()}) AS "
+            f"CREATE TABLE {engine.delta_ref(main)} USING DELTA TBLPROPERTIES ({properties}) AS "
             "SELECT /*+ REPARTITION_BY_RANGE(2, id) */ CAST(id AS STRING) AS row_id, id AS number, "
             "concat('name ', id) AS name, CAST(id * 1.5 AS DOUBLE) AS amount, CAST(id AS DECIMAL(12, 2)) AS price, "
             "date_add(DATE'2020-01-01', CAST(id % 365 AS INT)) AS day, id % 2 = 0 AS flag, "

@@ -23,7 +23,7 @@ from fastapi import FastAPI, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, routes
-from core import audit, engine
+from core import audit, engine, warmup
 from core.catalog import open_catalog
 
 logger = logging.getLogger("oreo.api")
@@ -158,7 +158,7 @@ def _template(scope: Scope) -> str:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if os.environ.get(WARM_ENGINE_ENV, "1") != "0":
-        engine.start_in_background()
+        engine.start_in_background(warm_up=warmup.warm_up)
     _call_audit.start()
     try:
         yield

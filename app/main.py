@@ -5,7 +5,9 @@ imports this file once as the server's ASGI app, whose lifespan starts the share
 session in the background as the server starts (one JVM per server process, shared by
 every browser session), plus the sender that drains the notification outbox and the
 Prometheus side port (``core.metrics.serve``, ``OREO_METRICS_PORT``), and whose
-``/oreo/engine`` endpoint says how far that start is.
+``/oreo/engine`` endpoint says how far that start is. Once Spark is up the same thread warms
+it up (``core.warmup``: a small MERGE on a scratch table, the GX import), so the first
+approval does not pay for the JVM's first MERGE; ``warm`` says when that ended.
 Every browser session then runs this file as its page script (``__name__ == "__main__"``),
 which signs the user in and routes to a page.
 """
@@ -13,8 +15,6 @@ which signs the user in and routes to a page.
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -30,7 +30,7 @@ from app.components import (
     sync_session_cookie,
     take_deep_link,
 )
-from core import auth, engine, metrics, notify
+from core import auth, engine, metrics, notify, warmup
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
@@ -98,13 +98,10 @@ def _route() -> None:
         remember_deep_link(router.url_path)
 
 
-_first_use_warmed = threading.Event()
-
-
 @asynccontextmanager
 async def _warm_engine(_app: Any) -> AsyncIterator[None]:
-    """Start Spark in the background as the server starts, and log when it is ready."""
-    engine.start_in_background()
+    """Start Spark in the background as the server starts, warm it up, and log when it is ready."""
+    engine.start_in_background(warm_up=warmup.warm_up)  # a small MERGE on a scratch table, after ready
     notify.start_background_drainer(None)  # sends the notification outbox, one drainer per server process
     metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)
     announce = asyncio.create_task(_announce_engine())
@@ -119,25 +116,14 @@ async def _announce_engine() -> None:
         status = await asyncio.to_thread(engine.wait_for_engine, 1.0)  # short: shutdown waits for it
     detail = status.error if status.state == "failed" else f"{status.elapsed_s:.1f} s"
     print(f"Oreo engine {status.state}: {detail}", flush=True)
-    if status.state == "ready":
-        await asyncio.to_thread(_warm_first_use)
-
-
-def _warm_first_use() -> None:
-    """Pay now what the first submit would pay once: a first Spark job, and importing GX."""
-    try:
-        engine.get_spark().range(1).count()
-        import great_expectations  # noqa: F401
-    except Exception:  # a warm-up only: the real call reports its own failure
-        logging.getLogger(__name__).warning("warming up the first submit failed", exc_info=True)
-    finally:
-        _first_use_warmed.set()
 
 
 async def _engine_endpoint(_request: Any) -> Any:
     from starlette.responses import JSONResponse
 
-    return JSONResponse({**engine.engine_status().to_json(), "first_use_warmed": _first_use_warmed.is_set()})
+    status = engine.engine_status()
+    # ``first_use_warmed``: the name this field had before the warm-up moved into the engine's status.
+    return JSONResponse({**status.to_json(), "first_use_warmed": status.warm})
 
 
 if __name__ == "__main__":  # a browser session's run

@@ -178,6 +178,8 @@ class WorkloadResult:
         max_p95_ms: core p95 must be <= this.
         breakdown: The core path's steps timed one by one (informational).
         notes: Free-form facts worth keeping (table size, engine start time...).
+        more_checks: Targets the fields above cannot say (a ratio between two baselines),
+            checked by the workload and reported with the rest.
     """
 
     name: str
@@ -190,6 +192,7 @@ class WorkloadResult:
     max_p95_ms: float | None = None
     breakdown: list[Timing] = field(default_factory=list)
     notes: dict[str, Any] = field(default_factory=dict)
+    more_checks: list[Check] = field(default_factory=list)
     peak_rss_mb: float = field(default_factory=peak_rss_mb)
     load_1min: float = field(default_factory=lambda: os.getloadavg()[0])
 
@@ -230,7 +233,7 @@ class WorkloadResult:
                     f"{_ms(self.core.p95)} (target <={self.max_p95_ms:g} ms)",
                 )
             )
-        return found
+        return found + self.more_checks
 
     @property
     def passed(self) -> bool:

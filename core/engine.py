@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -313,13 +313,16 @@ class EngineStatus:
     """Where the shared session is: ``idle`` (not asked for), ``starting``, ``ready`` or ``failed``.
 
     ``elapsed_s`` is the time since the background start began (its full length once it
-    ended); ``expected_s`` the last start measured on this data root, if any.
+    ended); ``expected_s`` the last start measured on this data root, if any. ``warm``: the
+    warm-up the start was given (``start_in_background(warm_up=...)``) ran after ``ready``
+    and ended (a failed warm-up is logged and ends it too); False for a start given none.
     """
 
     state: str
     elapsed_s: float
     expected_s: float | None
     error: str | None = None
+    warm: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -327,6 +330,7 @@ class EngineStatus:
             "elapsed_s": round(self.elapsed_s, 3),
             "expected_s": None if self.expected_s is None else round(self.expected_s, 3),
             "error": self.error,
+            "warm": self.warm,
             "pid": os.getpid(),
         }
 
@@ -337,13 +341,19 @@ _warm_started_at: float | None = None
 _warm_finished_at: float | None = None
 _warm_error: str | None = None
 _warm_done = threading.Event()
+_warmed = threading.Event()
 
 
-def start_in_background() -> bool:
+def start_in_background(*, warm_up: Callable[[], None] | None = None) -> bool:
     """Start the shared session in a daemon thread, unless it is up or already starting.
 
     Module state is process-wide, so however many browser sessions call this, one
     process starts one JVM. Returns True when this call started it.
+
+    Args:
+        warm_up: Run in the same thread once the session is up (the state is ``ready``
+            by then): what a first use would otherwise pay once (``core.warmup``). Its
+            failure is logged, never raised; ``EngineStatus.warm`` says when it ended.
     """
     global _warm_thread, _warm_started_at, _warm_finished_at, _warm_error
     with _warm_lock:
@@ -351,12 +361,30 @@ def start_in_background() -> bool:
             return False
         _warm_started_at, _warm_finished_at, _warm_error = time.monotonic(), None, None
         _warm_done.clear()
-        _warm_thread = threading.Thread(target=_warm_up, name="oreo-engine-start", daemon=True)
+        _warmed.clear()
+        _warm_thread = threading.Thread(target=_start, args=(warm_up,), name="oreo-engine-start", daemon=True)
         _warm_thread.start()
     return True
 
 
-def _warm_up() -> None:
+def _start(warm_up: Callable[[], None] | None) -> None:
+    _start_session()
+    if _spark is None or warm_up is None:
+        return
+    try:
+        warm_up()
+    except Exception:  # a warm-up only: the real first use reports its own failure
+        logger.warning("warming up the engine failed", exc_info=True)
+    finally:
+        _warmed.set()
+
+
+def wait_until_warm(timeout: float) -> bool:
+    """Wait up to ``timeout`` seconds for the warm-up after a background start to end; whether it did."""
+    return _warmed.wait(timeout)
+
+
+def _start_session() -> None:
     global _warm_finished_at, _warm_error
     try:
         pause = float(os.environ.get(SLOW_START_ENV) or 0)
@@ -382,7 +410,7 @@ def engine_status() -> EngineStatus:
     elapsed = 0.0 if started is None else (finished or time.monotonic()) - started
     expected = last_start_seconds()
     if _spark is not None:
-        return EngineStatus("ready", elapsed, expected)
+        return EngineStatus("ready", elapsed, expected, warm=_warmed.is_set())
     if started is not None and finished is None:
         return EngineStatus("starting", elapsed, expected)
     if error is not None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from bench._harness import BenchConfig, WorkloadResult
 from bench.workloads import (
     api_page_read,
+    app_approve,
     app_start,
     approve,
     concurrent_readers,
@@ -47,4 +48,5 @@ WORKLOADS: dict[str, Workload] = {
     concurrent_readers.NAME: concurrent_readers.run,
     streamlit_sessions.NAME: streamlit_sessions.run,
     api_page_read.NAME: api_page_read.run,
+    app_approve.NAME: app_approve.run,
 }

@@ -1,0 +1,392 @@
+"""Approving a 1-cell and an 8-row request through the running app, beside core in a warm process.
+
+The demo workspace with a 100,000-row ``customers`` table (``core.demo.seed_demo``, the
+issue's table), kept under ``bench/.data/app_approve`` and reused by later runs. Each
+request is made by core as the demo ``editor`` right before its approval (so nothing
+moved under it: validation is reused, as when a person approves a fresh request):
+
+* app: ``streamlit run app/main.py`` on a free port over that workspace; Chromium
+  (Playwright) signs in as ``approver``, opens ``/review?cr=<id>`` (and picks the request
+  in the "Change request" picker if the page did not open it), clicks Approve, and the
+  clock runs from the click on "Approve and merge" until the page shows "Merged <id>".
+  The server is started, its engine waited for until ``/oreo/engine`` says ready and warm
+  (what a person signing in after the start finds), and the first approval after that
+  start is timed on its own ("first"). A second server start gives the 8-row request
+  its own first approval. The warm figures come from later approvals on the first server;
+* core: ``core.merge.approve_change_request`` of a request of the same size in this
+  Python process, warm (one untimed approval of each size first), interleaved with the
+  app's approvals (which goes first alternates by round) so load drift hits both.
+
+Targets: warm app <= 1.3x warm core (each size), the first approval after a start <=
+1.5x a warm one (each size), and a warm 1-cell approval through the app < 2.5 s. Every
+sample is logged with the machine's 1-minute load average (``notes: samples``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench._data import DATA_DIR
+from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect, stage_breakdown, time_call
+from bench.workloads.app_start import REPO, START_TIMEOUT_S, _engine_status, _env, _free_port, _stop
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+    from core.catalog import Catalog
+    from core.change_requests import ChangeRequest
+
+NAME = "app_approve"
+ROWS = 100_000
+SIZES = {"1-cell": 1, "8-row": 8}
+COLUMN = "city"
+MAX_WARM_RATIO = 1.3
+MAX_FIRST_RATIO = 1.5
+MAX_WARM_1CELL_MS = 2500.0
+FIRST_ID = 100_001  # the demo's first customer_id (its row_id)
+# The table gains a version with every approval; past this many it is seeded again.
+REBUILD_AFTER_VERSIONS = 500
+PASSWORD = "bench-app-approve"  # set on the demo approver each run
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
+UI_TIMEOUT_MS = 300_000
+MERGE_TIMEOUT_MS = 600_000
+
+
+def _log(message: str) -> None:
+    print(f"[bench] {NAME}: {message}", file=sys.stderr, flush=True)
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+@contextmanager
+def _workspace() -> Iterator[Path]:
+    """This process's settings pointed at ``bench/.data/app_approve`` (the demo, seeded once), then back."""
+    from core import auth, engine
+    from core.catalog import open_catalog, reset_catalogs
+    from core.config import get_settings
+    from core.demo import DEMO_DATASET, DEMO_PROJECT, seed_demo
+    from core.layout import dataset_layout
+
+    home = DATA_DIR / NAME
+    saved = {k: os.environ.get(k) for k in ("DELTA_DATA_ROOT", "OREO_DATABASE_URL")}
+    os.environ["DELTA_DATA_ROOT"] = str(home / "delta")
+    os.environ["OREO_DATABASE_URL"] = f"sqlite:///{home / 'catalog.db'}"
+    get_settings.cache_clear()
+    reset_catalogs()
+    try:
+        main = dataset_layout(get_settings().data_root, DEMO_PROJECT, DEMO_DATASET).main
+        if (main / "_delta_log").is_dir() and engine.latest_version(main) >= REBUILD_AFTER_VERSIONS:
+            _log(f"{main} is past version {REBUILD_AFTER_VERSIONS}: seeding the demo again")
+            reset_catalogs()
+            subprocess.run(["rm", "-rf", str(home / "delta"), str(home / "catalog.db")], check=True)
+        home.mkdir(parents=True, exist_ok=True)
+        catalog = open_catalog()
+        started = time.perf_counter()
+        seeded = seed_demo(catalog, rows=ROWS)
+        if seeded.created:
+            _log(f"seeded the demo workspace ({ROWS:,} rows) in {time.perf_counter() - started:.0f} s")
+        expect(seeded.rows == ROWS, f"the demo table has {seeded.rows} rows, not {ROWS}")
+        auth.set_password(catalog, "approver", PASSWORD)
+        yield home
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        get_settings.cache_clear()
+        reset_catalogs()
+
+
+class _Requests:
+    """Fresh requests of the demo editor, on rows no earlier request of this run touched."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        from core import auth, sessions
+        from core.demo import DEMO_DATASET, DEMO_PROJECT
+
+        self.catalog = catalog
+        self.editor = auth.get_user(catalog, "editor")
+        self.approver = auth.get_user(catalog, "approver")
+        left = sessions.current_session(catalog, DEMO_PROJECT, DEMO_DATASET, actor=self.editor)
+        if left is not None:  # an interrupted earlier run
+            sessions.discard_session(catalog, left.session_id, actor=self.editor, reason="benchmark leftover")
+        self.tag = os.urandom(3).hex()
+        self.block = int(self.tag, 16) % 1000
+        self.made = 0
+
+    def new(self, kind: str) -> ChangeRequest:
+        from core import change_requests, sessions
+        from core.demo import DEMO_DATASET, DEMO_PROJECT
+
+        rows = SIZES[kind]
+        start = ((self.block + self.made) * 7919 * 8) % (ROWS - 8)
+        self.made += 1
+        ops: list[sessions.EditOp] = [
+            sessions.SetCell(str(FIRST_ID + start + i), COLUMN, f"{COLUMN} {self.tag}-{self.made}") for i in range(rows)
+        ]
+        session = sessions.open_session(self.catalog, DEMO_PROJECT, DEMO_DATASET, actor=self.editor)
+        sessions.apply_edits(self.catalog, session.session_id, ops, actor=self.editor)
+        cr = change_requests.submit_change_request(
+            self.catalog, session.session_id, actor=self.editor, title=f"bench {kind} {self.tag}-{self.made}"
+        )
+        expect(cr.rows == rows and cr.cells == rows, f"staged {cr.rows} rows, {cr.cells} cells")
+        return cr
+
+    def core_approve(self, cr: ChangeRequest) -> ChangeRequest:
+        from core import merge
+
+        merged = merge.approve_change_request(self.catalog, cr.id, actor=self.approver)
+        expect(merged.merged_version is not None, f"{cr.id} not merged")
+        return merged
+
+    def stages(self, cr_id: str) -> list[tuple[str, float]]:
+        from core.change_requests import get_change_request
+
+        record = get_change_request(self.catalog, cr_id, actor=self.approver)
+        expect(record.merged_version is not None, f"{cr_id} not merged by the app")
+        return [(t.stage, t.seconds) for t in record.stages if t.action == "approve"]
+
+
+class _App:
+    """One ``streamlit run app/main.py`` over the workspace, and a browser signed in as the approver."""
+
+    def __init__(self, home: Path, browser: Any) -> None:
+        self.log = home / f"streamlit-{int(time.time())}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.browser = browser
+        self.context: Any = None
+        self.page: Page | None = None
+        self.warm_s: float | None = None
+
+    def start(self) -> None:
+        """Start the server and wait until its engine is ready and warmed up."""
+        bin_dir = Path(sys.executable).parent
+        for _attempt in range(3):  # another process may take the free port first
+            self.port = _free_port()
+            command = [
+                str(bin_dir / "streamlit"), "run", "app/main.py",
+                "--server.port", str(self.port),
+                "--server.address", "127.0.0.1",
+                "--server.headless", "true",
+                "--browser.gatherUsageStats", "false",
+            ]  # fmt: skip
+            with self.log.open("ab") as out:
+                started = time.perf_counter()
+                self.process = subprocess.Popen(
+                    command, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            while time.perf_counter() - started < START_TIMEOUT_S and self.process.poll() is None:
+                status = _engine_status(self.port)
+                if status is not None and status["state"] == "failed":
+                    raise RuntimeError(f"the app's engine did not start: {status['error']}")
+                # ``warm`` (the MERGE warm-up); ``first_use_warmed`` on a server from before it.
+                if status is not None and status["state"] == "ready" and status.get("warm", status["first_use_warmed"]):
+                    expect(status["pid"] == self.process.pid, "another process answered on the port")
+                    self.warm_s = time.perf_counter() - started
+                    return
+                time.sleep(0.2)  # poll interval
+            if self.process.poll() is not None and "is not available" in self.log.read_text(errors="replace"):
+                continue
+            raise RuntimeError(f"the app was not ready and warm within {START_TIMEOUT_S:.0f} s; see {self.log}")
+        raise RuntimeError("no free port for the app after 3 attempts")
+
+    def sign_in(self) -> None:
+        from playwright.sync_api import expect as see
+
+        self.context = self.browser.new_context(
+            base_url=f"http://127.0.0.1:{self.port}", viewport={"width": 1400, "height": 1000}
+        )
+        self.context.set_default_timeout(UI_TIMEOUT_MS)
+        page = self.page = self.context.new_page()
+        page.goto("/")
+        self._idle()
+        page.get_by_role("textbox", name="Username").press_sequentially("approver")
+        page.get_by_role("textbox", name="Password").press_sequentially(PASSWORD)
+        page.get_by_role("button", name="Sign in", exact=True).click()
+        see(page.get_by_role("heading", name="Datasets")).to_be_visible(timeout=UI_TIMEOUT_MS)
+        self._idle()
+
+    def _idle(self) -> None:
+        from playwright.sync_api import expect as see
+
+        assert self.page is not None
+        see(self.page.locator(APP_IDLE)).to_be_attached(timeout=UI_TIMEOUT_MS)
+
+    def open_request(self, cr_id: str) -> None:
+        """The Review page with ``cr_id`` selected, by its URL or else by its picker."""
+        from playwright.sync_api import expect as see
+
+        page = self.page
+        assert page is not None
+        page.goto(f"/review?cr={cr_id}")
+        see(page.get_by_role("button", name="Approve", exact=True)).to_be_visible(timeout=UI_TIMEOUT_MS)
+        self._idle()
+        caption = page.get_by_test_id("stCaptionContainer").filter(has_text=re.compile(r"`?cr_"))
+        if not caption.filter(has_text=cr_id).count():
+            combobox = page.locator(".st-key-review_cr").get_by_role("combobox")
+            combobox.click()
+            combobox.press_sequentially(cr_id)
+            page.get_by_role("option").filter(has_text=cr_id).first.click()
+            see(page.get_by_test_id("stCaptionContainer").filter(has_text=cr_id)).to_be_visible(timeout=UI_TIMEOUT_MS)
+            self._idle()
+
+    def approve(self, cr_id: str) -> None:
+        """Approve ``cr_id`` (open on the page) and return once the page shows it merged; only this is timed."""
+        from playwright.sync_api import expect as see
+
+        page = self.page
+        assert page is not None
+        page.get_by_role("button", name="Approve", exact=True).click()
+        dialog = page.get_by_role("dialog")
+        see(dialog).to_be_visible(timeout=UI_TIMEOUT_MS)
+        self._idle()
+        confirm = page.locator(".st-key-approve_confirm").get_by_role("button")
+
+        def click_until_merged() -> None:
+            confirm.click()
+            merged = page.get_by_test_id("stAlertContainer").filter(has_text=f"Merged {cr_id}")
+            see(merged).to_be_visible(timeout=MERGE_TIMEOUT_MS)
+
+        self.last_ms = time_call(click_until_merged)[0]
+        self._idle()
+
+    def stop(self) -> None:
+        if self.context is not None:
+            self.context.close()
+        if self.process is not None:
+            _stop(self.process)
+
+
+def _timing(label: str, samples: list[float]) -> Timing:
+    return Timing(label=label, samples_ms=tuple(samples))
+
+
+def run(config: BenchConfig) -> WorkloadResult:
+    """First and warm approvals through the app, interleaved with core's warm approvals of the same sizes."""
+    from playwright.sync_api import sync_playwright
+
+    from core.catalog import open_catalog
+
+    app_first: dict[str, float] = {}
+    app_warm: dict[str, list[float]] = {kind: [] for kind in SIZES}
+    core_warm: dict[str, list[float]] = {kind: [] for kind in SIZES}
+    samples: list[dict[str, Any]] = []
+    app_stages: list[tuple[str, float]] = []
+    core_stages: list[tuple[str, float]] = []
+    warm_s: list[float] = []
+
+    def note(kind: str, path: str, ms: float) -> None:
+        samples.append({"request": kind, "path": path, "ms": round(ms), "load_1min": _load()})
+        _log(f"{path} {kind}: {ms:.0f} ms (load {_load():.1f})")
+
+    with _workspace() as home, sync_playwright() as playwright:
+        requests = _Requests(open_catalog())
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for kind in SIZES:  # core warm-up, untimed: this process's first MERGE of each size
+                requests.core_approve(requests.new(kind))
+
+            def app_approval(app: _App, kind: str, record: Callable[[float], None]) -> None:
+                cr = requests.new(kind)
+                app.open_request(cr.id)
+                app.approve(cr.id)
+                app_stages.extend(requests.stages(cr.id))
+                record(app.last_ms)
+
+            def core_approval(kind: str) -> None:
+                cr = requests.new(kind)
+                merged: list[ChangeRequest] = []
+                ms = time_call(lambda: merged.append(requests.core_approve(cr)))[0]
+                core_stages.extend((t.stage, t.seconds) for t in merged[0].stages if t.action == "approve")
+                core_warm[kind].append(ms)
+                note(kind, "core warm", ms)
+
+            for server_no, first_kind in enumerate(SIZES):
+                app = _App(home, browser)
+                try:
+                    _log(f"starting server {server_no + 1} (load {_load():.1f})")
+                    app.start()
+                    assert app.warm_s is not None
+                    warm_s.append(app.warm_s)
+                    app.sign_in()
+
+                    def first(ms: float, kind: str = first_kind) -> None:
+                        app_first[kind] = ms
+                        note(kind, "app first after start", ms)
+
+                    app_approval(app, first_kind, first)
+                    if server_no:
+                        continue
+                    for round_no in range(max(1, config.spark_repeats)):
+                        for kind in SIZES if round_no % 2 == 0 else reversed(list(SIZES)):
+
+                            def warm(ms: float, kind: str = kind) -> None:
+                                app_warm[kind].append(ms)
+                                note(kind, "app warm", ms)
+
+                            if round_no % 2 == 0:
+                                app_approval(app, kind, warm)
+                                core_approval(kind)
+                            else:
+                                core_approval(kind)
+                                app_approval(app, kind, warm)
+                finally:
+                    app.stop()
+        finally:
+            browser.close()
+
+    app_1 = _timing("app warm 1-cell (click to 'Merged' shown)", app_warm["1-cell"])
+    core_1 = _timing("core warm 1-cell (approve_change_request)", core_warm["1-cell"])
+    first_1 = _timing("app first 1-cell after a server start", [app_first["1-cell"]])
+    app_8 = _timing("app warm 8-row", app_warm["8-row"])
+    core_8 = _timing("core warm 8-row", core_warm["8-row"])
+    first_8 = _timing("app first 8-row after a server start", [app_first["8-row"]])
+    checks = [
+        _ratio_check("app warm 8-row vs core warm 8-row", app_8, core_8, MAX_WARM_RATIO),
+        _ratio_check("app first 1-cell vs app warm 1-cell", first_1, app_1, MAX_FIRST_RATIO),
+        _ratio_check("app first 8-row vs app warm 8-row", first_8, app_8, MAX_FIRST_RATIO),
+    ]
+    return WorkloadResult(
+        name=NAME,
+        description=f"approve 1-cell and 8-row requests through the app (browser) on the {ROWS:,}-row demo table",
+        core=app_1,
+        baselines=[core_1, first_1, app_8, core_8, first_8],
+        ratio_baseline=core_1.label,
+        max_ratio=MAX_WARM_RATIO,
+        max_median_ms=MAX_WARM_1CELL_MS,
+        more_checks=checks,
+        breakdown=[
+            *[_renamed(t, "app") for t in stage_breakdown(app_stages)],
+            *[_renamed(t, "core") for t in stage_breakdown(core_stages)],
+        ],
+        notes={
+            "server start to ready and warm (s)": [round(s, 1) for s in warm_s],
+            "load_1min (median of the samples)": statistics.median(s["load_1min"] for s in samples),
+            "samples": samples,
+            "workspace": str(home),
+        },
+    )
+
+
+def _renamed(timing: Timing, where: str) -> Timing:
+    return Timing(label=timing.label.replace("core stage", f"{where} stage"), samples_ms=timing.samples_ms)
+
+
+def _ratio_check(name: str, measured: Timing, base: Timing, limit: float) -> Check:
+    ratio = measured.median / base.median if base.median > 0 else float("inf")
+    detail = f"{ratio:.2f}x ({measured.median:.0f} ms / {base.median:.0f} ms, target <={limit:g}x)"
+    return Check(name, ratio <= limit, detail)

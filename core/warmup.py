@@ -1,0 +1,112 @@
+"""Warming the engine up: what the first approval after a start would otherwise pay once.
+
+The first small MERGE in a fresh JVM took 13.9 s where later ones took 4-6 s (issue 24,
+section 5): Spark loads and JIT-compiles Delta's MERGE, its snapshot and its Parquet
+writer on first use, the approval's kept child session (``engine.dml_session``) builds its
+analyzer and planner, and DuckDB reads its first Delta log. ``warm_up`` pays all of that
+as the server starts, right after Spark is up (``engine.start_in_background(warm_up=...)``):
+it approves, step for step as ``core.merge`` does, a small change into a scratch table
+under ``<data root>/tmp/`` (outside every project, so no catalog, listing or doctor sees
+it), then deletes the table. It also imports Great Expectations, which a submit's
+validation would import first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+
+from core import change_requests, engine, merge, reads
+from core.change_requests import CHANGED_COLUMN, OP_COLUMN
+from core.config import get_settings
+from core.errors import EngineError
+from core.storage import Location, remove_tree
+
+logger = logging.getLogger(__name__)
+
+SCRATCH_FOLDER = "tmp"
+PREFIX = "warm-up-"
+# Enough rows for two files, so the MERGE skips one by its row_id statistics as on a real table.
+ROWS = 2_000
+# A scratch table older than this is a killed warm-up's leftover (a running one takes seconds).
+LEFTOVER_AGE_S = 3600.0
+WARM_UP_ACTOR = "oreo-warm-up"
+
+
+def scratch_root() -> Location:
+    """Where warm-ups keep their scratch tables: ``<data root>/tmp``."""
+    return get_settings().data_root / SCRATCH_FOLDER
+
+
+def warm_up() -> None:
+    """Run one small approval's Spark and DuckDB work on a scratch table, then delete the table.
+
+    Raises whatever the work raises (the engine's start logs it); the table is deleted either way.
+    """
+    _remove_leftovers()
+    table = scratch_root() / f"{PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    try:
+        _approve_scratch(table / "main", table / "staging")
+    finally:
+        remove_tree(table)
+    # Deferred: GX takes seconds to import; a submit's validation would import it first.
+    import great_expectations  # noqa: F401
+
+    logger.info("engine warm-up (a small MERGE on a scratch table) took %.1f s", time.monotonic() - started)
+
+
+def _approve_scratch(main: Location, staging: Location) -> None:
+    """Create ``main`` and a staged change of a few rows, then check and MERGE it as an approval does."""
+    spark = engine.get_spark()
+    commit = engine.new_commit(WARM_UP_ACTOR, "warm_up")
+    # A checkpoint at every commit: the MERGE's commit then writes one, as every tenth
+    # approval's does, and the reads after it start from it, as a real table's do.
+    properties = f"{engine.main_table_properties_sql()}, 'delta.checkpointInterval' = '1'"
+    with engine.commit_metadata(commit):
+        spark.sql(
+            f"CREATE TABLE {engine.delta_ref(main)} USING DELTA TBLPROPERTIES ({properties}) AS "
+            "SELECT /*+ REPARTITION_BY_RANGE(2, id) */ CAST(id AS STRING) AS row_id, id AS number, "
+            "concat('name ', id) AS name, CAST(id * 1.5 AS DOUBLE) AS amount, CAST(id AS DECIMAL(12, 2)) AS price, "
+            "date_add(DATE'2020-01-01', CAST(id % 365 AS INT)) AS day, id % 2 = 0 AS flag, "
+            f"TIMESTAMP'2020-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS at FROM range({ROWS})"
+        ).collect()
+    base = engine.latest_version(main)
+    # What a submit stages: one changed cell, and a few whole rows (an update and a delete).
+    staged = (
+        f"SELECT row_id, number, CASE WHEN row_id = '7' THEN 'changed' ELSE name END AS name, amount, price, day, "
+        f"flag, at, CASE WHEN row_id = '9' THEN 'delete' ELSE 'update' END AS {OP_COLUMN}, "
+        f"CASE WHEN row_id = '9' THEN array() ELSE array('name') END AS {CHANGED_COLUMN} "
+        f"FROM {engine.delta_ref(main)} WHERE row_id IN ('7', '8', '9')"
+    )
+    change_requests.save_staging(staging, staged, engine.new_commit(WARM_UP_ACTOR, "warm_up"), views=[])
+    merge.conflicts_since(main, staging, base)  # main has not moved: the approval's first check reads nothing
+    change_requests.staged_columns(staging)
+    reads.table_schema(main, base)
+    commit = engine.new_commit(WARM_UP_ACTOR, merge.MERGE_ACTION, cr_id="warm-up")
+    merge.merge_staged(main, staging, commit, txn=(merge.TXN_APP_ID, base + 1))
+    landed = engine.find_commit(main, base, cr_id="warm-up", action=merge.MERGE_ACTION)
+    if landed is None:
+        raise EngineError(f"the warm-up MERGE left no commit in {main}")
+    # After a merge: the catalog's row count, and the conflict check's change data feed read
+    # (a request whose table moved since it was submitted).
+    reads.count_rows(main, landed[0])
+    merge.conflicts_since(main, staging, base)
+
+
+def _remove_leftovers() -> None:
+    """Delete scratch tables of warm-ups killed before they cleaned up (local data roots only)."""
+    root = scratch_root()
+    if not isinstance(root, os.PathLike) or not os.path.isdir(root):
+        return
+    now = time.time()
+    for entry in os.scandir(root):
+        try:
+            old = now - entry.stat().st_mtime > LEFTOVER_AGE_S
+        except OSError:
+            continue
+        if entry.name.startswith(PREFIX) and old:
+            remove_tree(root / entry.name)

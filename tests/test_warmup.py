@@ -1,0 +1,94 @@
+"""core.warmup: the small MERGE the engine runs on a scratch table as it starts, leaving nothing behind."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core import engine, merge, warmup
+from core.auth import SYSTEM
+from core.catalog import Catalog
+from core.datasets import list_datasets
+from tests.test_warm_engine import run_python
+
+
+def test_the_warm_up_merges_into_a_scratch_table_then_deletes_it(
+    spark: Any, data_root: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One real Delta MERGE (a MERGE commit) under <data root>/tmp, and no folder or dataset after."""
+    merged: list[tuple[Path, str]] = []
+    real = merge.merge_staged
+
+    def spy(main: Path, staging: Path, commit: engine.CommitInfo, **kwargs: Any) -> None:
+        real(main, staging, commit, **kwargs)
+        merged.append((main, engine.history(main, limit=1)[0].operation))
+
+    monkeypatch.setattr(merge, "merge_staged", spy)
+    warmup.warm_up()
+
+    assert len(merged) == 1, merged
+    main, operation = merged[0]
+    assert operation == "MERGE"
+    assert (data_root / "tmp") in main.parents
+    assert not main.exists()
+    assert list((data_root / "tmp").iterdir()) == []
+    assert not (data_root / "projects").exists()
+    assert list_datasets(catalog, actor=SYSTEM) == []
+
+
+def test_a_killed_warm_ups_old_scratch_table_is_removed(spark: Any, data_root: Path) -> None:
+    """A scratch table older than an hour is a leftover; a fresh one (another server's warm-up) is kept."""
+    old = data_root / "tmp" / f"{warmup.PREFIX}old"
+    fresh = data_root / "tmp" / f"{warmup.PREFIX}running"
+    for folder in (old, fresh):
+        (folder / "main" / "_delta_log").mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(old, (hours_ago, hours_ago))
+
+    warmup.warm_up()
+
+    assert not old.exists()
+    assert fresh.is_dir()
+
+
+WARM_START = """
+    import json, logging
+    from core import engine, warmup
+
+    logged = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            logged.append(self.format(record))
+
+    logging.getLogger("core.engine").addHandler(Keep())
+    ran = []
+
+    def warm_up():
+        ran.append(engine.engine_status().state)  # the engine is ready before its warm-up runs
+        warmup.warm_up()
+        raise RuntimeError("the warm-up broke after its MERGE")
+
+    assert engine.start_in_background(warm_up=warm_up)
+    status = engine.wait_for_engine(600)
+    while status.state == "starting":
+        status = engine.wait_for_engine(600)
+    warmed = engine.wait_until_warm(600)
+    print(json.dumps({"ran": ran, "warmed": warmed, "status": engine.engine_status().to_json(), "logged": logged}))
+"""
+
+
+def test_the_background_start_warms_up_after_ready_and_a_failure_is_logged(tmp_path: Path) -> None:
+    """``start_in_background(warm_up=...)`` runs it once Spark is up; its error is logged, ``warm`` turns true."""
+    done = run_python(WARM_START, tmp_path)
+    assert done["ran"] == ["ready"], done
+    assert done["warmed"] is True, done
+    status = done["status"]
+    assert isinstance(status, dict) and status["state"] == "ready" and status["warm"] is True, done
+    assert status["error"] is None, done
+    assert any("the warm-up broke after its MERGE" in line for line in done["logged"]), done  # type: ignore[union-attr]
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -99,12 +99,33 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
 
     try:
         report = maintenance.maintain(catalog(), project_id, dataset_id, actor=user, progress=progress, **actions)
-    except OreoError:
+    except OreoError as exc:
+        # Shown where the button is; the rest of the page (the other steps) still draws.
         bar.empty()
-        raise
+        st.error(str(exc), icon=":material/error:")
+        return
     st.session_state[REPORT_KEY] = (title, report)
     flash(f"{title} finished.")
     st.rerun()
+
+
+CLEANUP_KINDS = {"session": "editing session", "staging": "staged change request", "import": "uploaded file"}
+
+
+def cleanup_frame(result: dict[str, Any]) -> pd.DataFrame:
+    """A cleanup report as rows a person reads: what, of which dataset, which one, why (no server paths)."""
+    rows = []
+    for item in result.get("details", []):
+        project, dataset, name = str(item["path"]).split("/", 2)  # project/dataset/id
+        rows.append(
+            {
+                "what": CLEANUP_KINDS.get(item["kind"], item["kind"]),
+                "dataset": f"{project}/{dataset}",
+                "which": name,
+                "why": item["reason"],
+            }
+        )
+    return pd.DataFrame(rows, columns=["what", "dataset", "which", "why"])
 
 
 # Words, not emoji: the grid draws on a canvas, whose fonts may have no emoji.
@@ -127,7 +148,7 @@ with oreo_errors():
     figures = sla.sla_figures(catalog(), actor=user)
     breached = [f.name for f in figures if f.ok is False]
     st.caption(
-        "Seed 004's targets, as the Prometheus alerts watch them (`monitoring/prometheus/alerts/oreo.yml`). "
+        "How fast and how reliably Oreo served people, against the targets the monitoring alerts watch. "
         "Reads, imports and approvals count every app and API process of this workspace."
     )
     with st.container(key="admin_sla"):
@@ -256,7 +277,8 @@ with oreo_errors():
                     st.markdown(f"{verb} **{len(items)}** {label}: " + ", ".join(f"`{i}`" for i in items))
             if not found:
                 st.markdown("Nothing to remove." if was_dry else "Nothing was removed.")
-            st.json(result, expanded=False)
+            else:
+                st.dataframe(cleanup_frame(result), hide_index=True, width="stretch", key="admin_cleanup_table")
 
 with oreo_errors():
     st.subheader("Notifications", anchor=False)

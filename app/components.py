@@ -31,6 +31,8 @@ _NEXT_MAX_AGE = 600
 _FRESH_SSO_KEY = "oreo_fresh_sso"
 _BROWSER = re.compile(r"(Edg|OPR|Firefox|HeadlessChrome|Chrome|Safari)/(\d+)")
 DATASET_KEY = "oreo_dataset"
+# The page and role pages/no_role.py names: set by the router for the address asked for.
+NEEDED_ROLE_KEY = "oreo_needed_role"
 
 
 def catalog() -> Catalog:
@@ -314,6 +316,14 @@ SEVERITY_BADGES = {
     "critical": ":red-badge[critical]",
     "warning": ":orange-badge[warning]",
     "info": ":blue-badge[info]",
+}
+# A change request's state (core.change_requests.CRState values) as every page shows it.
+STATE_BADGES = {
+    "open": ":blue-badge[open]",
+    "changes_requested": ":orange-badge[changes requested]",
+    "merged": ":green-badge[merged]",
+    "rejected": ":red-badge[rejected]",
+    "withdrawn": ":gray-badge[withdrawn]",
 }
 
 

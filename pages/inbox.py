@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.components import catalog, flash, oreo_errors, require_user, show_flash
+from app.components import STATE_BADGES, catalog, flash, oreo_errors, require_user, show_flash
 from core import auth, change_requests, notify
 from core.change_requests import CRState
 from core.errors import OreoError
@@ -60,6 +60,8 @@ with oreo_errors():
         st.rerun()
 
     shown = [item for item in everything if not (unread_only and item.read)]
+    # Each request as it is now (an event says what happened then; the request may have moved on).
+    states = {cr.id: cr.state.value for cr in change_requests.list_change_requests(catalog(), actor=user)}
     if not shown:
         st.info("Nothing here yet. You are told when a request waits for you or something happens to yours.")
     for item in shown:
@@ -69,8 +71,10 @@ with oreo_errors():
             summary = item.summary if item.read else f"**{item.summary}**"
             text.markdown(f"{badge} {summary}")
             where = f"{item.project_id}/{item.dataset_id}" if item.dataset_id else item.project_id or ""
+            now = states.get(item.cr_id or "")
             text.caption(
                 f"{item.at:%Y-%m-%d %H:%M} UTC · {where} · `{item.cr_id or ''}`"
+                + (f" · now {STATE_BADGES.get(now, now)}" if now else "")
                 + ("" if item.read else " · :red[unread]")
             )
             if item.cr_id and go.button("Open request", key=f"inbox_open_{item.id}", icon=":material/open_in_new:"):

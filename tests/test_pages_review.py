@@ -307,3 +307,19 @@ def test_data_checks_show_counts_and_values_as_the_grid_does() -> None:
     assert rows["amount is 0 or more"]["failing rows"] == "1"
     assert rows["amount is 0 or more"]["failing values (sample)"] == "-5"
     assert rows["row_id is unique"]["failing rows"] == "0"
+
+
+def test_a_withdrawn_request_shows_its_state_and_what_it_held(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = signed_in("erin", REQUESTS_PAGE)
+    at.button(key=f"withdraw_{ids['warn']}").click().run(timeout=120)
+    at.button(key="withdraw_confirm").click().run(timeout=120)
+    assert _state(workspace, ids["warn"]) == CRState.WITHDRAWN
+
+    # The picker's label carries no state that could be left saying "open"; the line below it says where it stands.
+    assert at.selectbox(key="requests_cr").value == ids["warn"]
+    assert not any("open" in label for label in at.selectbox(key="requests_cr").options)
+    line = _markdown(at)
+    assert f":gray-badge[withdrawn] **{TITLES['warn']}** · revision 1 · withdrawn by you on " in line
+    # Its staged rows are gone: the page says what it held instead of an empty diff ("0 rows").
+    assert has_text(at.info, "It changed **1** row(s), **1** cell(s) of `shop/orders`.")
+    assert not [m for m in at.metric if m.label == "Rows updated"]

@@ -12,6 +12,7 @@ from app.components import (
     catalog,
     dataset_options,
     flash,
+    local_time,
     oreo_errors,
     require_user,
     show_flash,
@@ -41,7 +42,7 @@ show_flash()
 
 
 def when(value: Any) -> str:
-    return "never" if value is None else f"{value:%Y-%m-%d %H:%M}"
+    return "never" if value is None else local_time(value)
 
 
 def size_text(size: int) -> str:
@@ -206,7 +207,7 @@ with oreo_errors():
                     "Readers and writers still using those files may fail.",
                     icon=":material/warning:",
                 )
-            run_col, dry_col = st.columns(2)
+            run_col = dry_col = st.container(horizontal=True)  # wraps: two columns cut "Run VACUUM" at 1024 px
             if run_col.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
                 run_with_progress(
                     f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force,

@@ -9,8 +9,9 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
@@ -325,6 +326,17 @@ STATE_BADGES = {
     "rejected": ":red-badge[rejected]",
     "withdrawn": ":gray-badge[withdrawn]",
 }
+
+
+def local_time(value: datetime) -> str:
+    """A time as the reader's clock shows it, with its zone (``2026-11-28 23:36 CET``); UTC when the browser
+    does not say its zone. Naive times are UTC, as the catalog and the Delta log store them."""
+    try:
+        zone: tzinfo = ZoneInfo(st.context.timezone) if st.context.timezone else UTC
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = UTC
+    local = (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(zone)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
 def status_badge(status: str | None) -> str:

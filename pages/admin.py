@@ -184,15 +184,16 @@ with oreo_errors():
                 st.markdown(f"**Last run: {title}**")
                 st.dataframe(report_frame(report), hide_index=True, width="stretch", key="admin_report_table")
 
-        optimize_col, vacuum_col, checkpoint_col = st.columns(3, border=True)
-        with optimize_col:
+        # One box under the other, each the page's width: three columns cut their labels at 1024 px
+        # ("Write checkp…", "Force a retention s…"). The dry run's list follows its VACUUM box.
+        with st.container(border=True, key="admin_optimize_box"):
             st.markdown("**OPTIMIZE**")
             st.caption("Compacts small files into larger ones; ZORDER also clusters rows by the chosen columns.")
             names = [c.name for c in datasets.dataset_columns(info) if c.name != "row_id"]
             zorder = st.multiselect("ZORDER BY (optional)", names, key="admin_zorder")
             if st.button("Run OPTIMIZE", key="admin_optimize", icon=":material/compress:"):
                 run_with_progress(f"OPTIMIZE {choice}", project_id, dataset_id, optimize=True, zorder=zorder or None)
-        with vacuum_col:
+        with st.container(border=True, key="admin_vacuum_box"):
             horizon = maintenance.vacuum_horizon_hours()
             st.markdown("**VACUUM**")
             st.caption("Deletes data files that no version newer than the retention period still uses.")
@@ -207,7 +208,7 @@ with oreo_errors():
                     "Readers and writers still using those files may fail.",
                     icon=":material/warning:",
                 )
-            run_col = dry_col = st.container(horizontal=True)  # wraps: two columns cut "Run VACUUM" at 1024 px
+            run_col = dry_col = st.container(horizontal=True)  # buttons as wide as their labels
             if run_col.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
                 run_with_progress(
                     f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force,
@@ -243,7 +244,7 @@ with oreo_errors():
                         width="stretch",
                         key="admin_vacuum_plan_files",
                     )
-        with checkpoint_col:
+        with st.container(border=True, key="admin_checkpoint_box"):
             st.markdown("**Checkpoint**")
             st.caption("Writes a Delta log checkpoint so readers replay fewer commit files.")
             if st.button("Write checkpoint", key="admin_checkpoint", icon=":material/flag:"):

@@ -259,7 +259,7 @@ with oreo_errors():
         if updated != conditions:
             st.session_state[CONDITIONS_KEY] = updated
             st.rerun()
-        s1, s2, s3, _ = st.columns([2, 1, 1.2, 3], vertical_alignment="bottom")
+        s1, s2, s3, _ = st.columns([2, 1.6, 1.2, 1.5], vertical_alignment="bottom")  # "Descending" whole at 1024 px
         sort_col = s1.selectbox(
             "Sort by", [NATURAL, *names], key="table_sort_col",
             help="Sorts the whole table on the server; the grid's header shows the sort with ▲ or ▼",

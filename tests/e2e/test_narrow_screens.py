@@ -87,15 +87,24 @@ def open_page(page: Page, path: str, heading: str, settle: Settle) -> None:
 
 
 def cut_labels(page: Page) -> list[str]:
-    """Labels of the main area's visible buttons that are not shown whole (cut or ellipsed)."""
+    """Labels of the main area's visible buttons, checkboxes and toggles that are not shown whole.
+
+    A label's text is laid out at its full width even where an ellipsis hides its end, so
+    it is cut when that width passes the box that shows it.
+    """
     cut: list[str] = page.evaluate(
-        """() => [...document.querySelectorAll("[data-testid='stMain'] button")]
-            .filter(b => b.offsetParent !== null)
-            .flatMap(b => [...b.querySelectorAll("[data-testid='stMarkdownContainer'] p, p")])
-            .filter(p => p.innerText.trim() && (p.scrollWidth > p.clientWidth + 1
-                                                || p.getBoundingClientRect().right > p.closest('button')
-                                                     .getBoundingClientRect().right + 1))
-            .map(p => p.innerText.trim())"""
+        """() => [...document.querySelectorAll(
+                "[data-testid='stMain'] :is(button, label) [data-testid='stMarkdownContainer']")]
+            .filter(m => m.offsetParent !== null && m.innerText.trim())
+            .filter(m => {
+                const range = document.createRange();
+                range.selectNodeContents(m);
+                const text = range.getBoundingClientRect();
+                const box = m.closest('button, label').getBoundingClientRect();
+                const shown = m.getBoundingClientRect();
+                return text.right > Math.min(box.right, shown.right) + 1 || m.scrollWidth > m.clientWidth + 1;
+            })
+            .map(m => m.innerText.trim())"""
     )
     return cut
 

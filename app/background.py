@@ -6,7 +6,7 @@ closing the tab, reloading or signing out does not stop it. The registry is proc
 (one per Streamlit server, shared by every browser session): any page of any session can
 ask ``approval(cr_id)`` where it stands (the stage it is in, since when) and, once it
 ended, for its outcome (the merged request or the one-line error), which is kept for
-``KEEP_OUTCOME_S``.
+``KEEP_OUTCOME_S``. The approver's pages take the outcome once (``claim_outcomes``).
 
 If the server itself stops mid-approval, the thread dies with it; ``core.merge``'s
 exactly-once bookkeeping and ``approval_state`` take over from there ("interrupted").
@@ -70,6 +70,7 @@ class Approval:
     merged: ChangeRequest | None = None
     error: str | None = None
     finished: float | None = None
+    shown: bool = False  # a page has shown its outcome to its approver (``claim_outcomes``)
 
     @property
     def running(self) -> bool:
@@ -102,6 +103,20 @@ def approvals() -> list[Approval]:
     with _lock:
         _forget_old()
         return sorted(_approvals.values(), key=lambda a: a.started)
+
+
+def claim_outcomes(username: str) -> list[Approval]:
+    """Ended approvals that ``username`` started and no page has shown yet, oldest first; each is returned once.
+
+    The outcome is the approver's news: a page shows it to them once (it keeps it until
+    they dismiss it), and not again on a reload or to other approvers.
+    """
+    with _lock:
+        _forget_old()
+        ended = [a for a in _approvals.values() if not a.running and not a.shown and a.approver == username]
+        for job in ended:
+            _approvals[job.cr_id] = replace(job, shown=True)
+        return sorted(ended, key=lambda a: a.started)
 
 
 def start_approval(

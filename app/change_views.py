@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from app.components import SEVERITY_BADGES, catalog, status_badge
-from app.formatting import display_value
+from app.formatting import EMPTY, display_value
 from core import change_requests
 
 if TYPE_CHECKING:
@@ -142,9 +142,13 @@ def findings(run: ValidationRun | None) -> None:
             "result": ["passed" if c.success else "failed" for c in checks],
             "severity": [c.severity for c in checks],
             "check": [c.description for c in checks],
-            "failing rows": [None if c.success else c.unexpected_count for c in checks],
+            # Whole counts (a passed check has none failing); unknown is the grid's empty mark.
+            "failing rows": pd.array(
+                [c.unexpected_count if c.unexpected_count is not None else (0 if c.success else None) for c in checks],
+                dtype="Int64",
+            ),
             "failing values (sample)": [
-                ", ".join(json.dumps(v) if isinstance(v, str) else str(v) for v in c.unexpected_sample)
+                ", ".join(json.dumps(v) if isinstance(v, str) else display_value(v) for v in c.unexpected_sample)
                 for c in checks
             ],
         }
@@ -157,7 +161,7 @@ def findings(run: ValidationRun | None) -> None:
         return [f"background-color: {tint}"] * len(row)
 
     st.dataframe(
-        frame.style.apply(colour, axis=1),
+        frame.style.apply(colour, axis=1).format(na_rep=EMPTY),
         hide_index=True,
         width="stretch",
         height=min(ROW_PX * (len(frame) + 1) + 3, 400),

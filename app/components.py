@@ -9,8 +9,9 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
@@ -31,6 +32,8 @@ _NEXT_MAX_AGE = 600
 _FRESH_SSO_KEY = "oreo_fresh_sso"
 _BROWSER = re.compile(r"(Edg|OPR|Firefox|HeadlessChrome|Chrome|Safari)/(\d+)")
 DATASET_KEY = "oreo_dataset"
+# The page and role pages/no_role.py names: set by the router for the address asked for.
+NEEDED_ROLE_KEY = "oreo_needed_role"
 
 
 def catalog() -> Catalog:
@@ -315,6 +318,25 @@ SEVERITY_BADGES = {
     "warning": ":orange-badge[warning]",
     "info": ":blue-badge[info]",
 }
+# A change request's state (core.change_requests.CRState values) as every page shows it.
+STATE_BADGES = {
+    "open": ":blue-badge[open]",
+    "changes_requested": ":orange-badge[changes requested]",
+    "merged": ":green-badge[merged]",
+    "rejected": ":red-badge[rejected]",
+    "withdrawn": ":gray-badge[withdrawn]",
+}
+
+
+def local_time(value: datetime) -> str:
+    """A time as the reader's clock shows it, with its zone (``2026-11-28 23:36 CET``); UTC when the browser
+    does not say its zone. Naive times are UTC, as the catalog and the Delta log store them."""
+    try:
+        zone: tzinfo = ZoneInfo(st.context.timezone) if st.context.timezone else UTC
+    except (ZoneInfoNotFoundError, ValueError):
+        zone = UTC
+    local = (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(zone)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()}"
 
 
 def status_badge(status: str | None) -> str:

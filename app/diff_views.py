@@ -276,9 +276,9 @@ def _table(
 
 def _downloads(export: Export, kinds: list[str] | None, columns: list[str] | None, *, key: str, file_stem: str) -> None:
     filtered = " (filtered)" if kinds or columns else ""
-    buttons = st.columns(len(FORMATS) + 2)
-    for slot, (label, fmt) in zip(buttons, FORMATS.items(), strict=False):
-        slot.download_button(
+    buttons = st.container(horizontal=True, key=f"{key}_downloads")  # each as wide as its label
+    for label, fmt in FORMATS.items():
+        buttons.download_button(
             f"{label}{filtered}",
             data=lambda fmt=fmt: _export_bytes(export, fmt, kinds, columns),
             file_name=f"{file_stem}.{fmt}",
@@ -286,7 +286,6 @@ def _downloads(export: Export, kinds: list[str] | None, columns: list[str] | Non
             key=f"{key}_download_{fmt}",
             icon=":material/download:",
             help=f"The whole diff{filtered}, every page, as {label}",
-            width="stretch",
         )
 
 

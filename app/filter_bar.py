@@ -235,7 +235,8 @@ def filter_bar(
                 return []
 
     names = list(types)
-    column_slot, op_slot, value_slot, add_slot = st.columns([1.4, 1, 2.2, 0.9], vertical_alignment="bottom")
+    # The button's slot fits "Add filter" at 1024 px (0.9 cut it to "Ad…").
+    column_slot, op_slot, value_slot, add_slot = st.columns([1.3, 1, 1.9, 1.3], vertical_alignment="bottom")
     # New keys after each added filter: the browser keeps a widget's value under its old key.
     rev = st.session_state.get("table_filter_rev", 0)
     suffix = f"_{rev}" if rev else ""

@@ -96,6 +96,11 @@ def display_value(value: Any, duck_type: str | None = None) -> str:
     return text
 
 
+def rows_span(first: int, last: int, total: int) -> str:
+    """Which rows a page shows, as markdown: ``Rows **1–50** of **1,000**``, or ``No rows`` (not ``0–0 of 0``)."""
+    return "No rows" if total == 0 else f"Rows **{first:,}–{last:,}** of **{total:,}**"
+
+
 def shortened(text: str, limit: int = LONG_TEXT) -> str:
     """``text`` cut to ``limit`` characters with an ellipsis; callers keep the full text in a tooltip."""
     return text if len(text) <= limit else text[: limit - 1] + "…"

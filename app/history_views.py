@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import pandas as pd
 
+from app.components import local_time
 from core.diff import Change
 from core.history import VersionDiff
 
@@ -21,6 +22,7 @@ TIMELINE_COLUMNS = [
     "version",
     "time",
     "kind",
+    "what happened",
     "actor",
     "title",
     "details",
@@ -35,10 +37,36 @@ _GREY = "color: #9a9a9a; background-color: #f3f3f3"
 KINDS = ("change request", "import", "create", "restore", "maintenance", "other")
 
 
+# Delta Lake's names for its commits (the "operation" column), in words for people.
+OPERATION_WORDS = {
+    "CREATE TABLE AS SELECT": "table created from the uploaded file",
+    "CREATE TABLE": "table created",
+    "CREATE OR REPLACE TABLE AS SELECT": "table replaced by an import",
+    "REPLACE TABLE AS SELECT": "table replaced by an import",
+    "WRITE": "rows added",
+    "MERGE": "changes merged",
+    "UPDATE": "cells changed",
+    "DELETE": "rows deleted",
+    "RESTORE": "table restored to an earlier version",
+    "OPTIMIZE": "files compacted (no row changed)",
+    "VACUUM START": "clean-up of old files started",
+    "VACUUM END": "clean-up of old files finished",
+    "SET TBLPROPERTIES": "table settings changed (no row changed)",
+    "UNSET TBLPROPERTIES": "table settings changed (no row changed)",
+    "ADD COLUMNS": "columns added",
+    "CHANGE COLUMN": "a column's type widened",
+}
+
+
+def operation_words(operation: str) -> str:
+    """A Delta operation name as people read it (``MERGE`` -> ``changes merged``); unknown ones in lower case."""
+    return OPERATION_WORDS.get(operation.upper(), operation.lower())
+
+
 def version_label(version: Version) -> str:
-    """One line per version for pickers: number, operation, time and request title when there is one."""
+    """One line per version for pickers: number, what happened, time and request title when there is one."""
     title = f" · {version.cr_title}" if version.cr_title else ""
-    return f"v{version.version} · {version.operation} · {version.timestamp:%Y-%m-%d %H:%M}{title}"
+    return f"v{version.version} · {operation_words(version.operation)} · {local_time(version.timestamp)}{title}"
 
 
 def version_details(version: Version) -> str:
@@ -67,6 +95,7 @@ def timeline_frame(versions: list[Version]) -> pd.DataFrame:
                 "version": v.version,
                 "time": v.timestamp,
                 "kind": v.kind,
+                "what happened": operation_words(v.operation),
                 "operation": v.operation,
                 "actor": v.actor or "",
                 "change request": v.cr_id or "",
@@ -94,7 +123,7 @@ def timeline_styled(frame: pd.DataFrame) -> Styler:
 
 def activity_chart(versions: list[Version]) -> alt.Chart:
     """Commits per day on a real date axis, stacked by kind (change request, import, restore,
-    maintenance, ...); the tooltip adds the rows they changed."""
+    maintenance, ...); the tooltip adds the rows they changed. Give it the versions the timeline shows."""
     metrics = ("rows_inserted", "rows_updated", "rows_deleted")
     frame = pd.DataFrame(
         [
@@ -110,10 +139,10 @@ def activity_chart(versions: list[Version]) -> alt.Chart:
     daily = frame.groupby(["day", "kind"], as_index=False).agg(
         commits=("kind", "size"), rows_changed=("rows changed", "sum")
     )
-    # At least two weeks of axis, so a young table's one or two days are bars, not the whole width.
+    # The days of the data, with a day either side so a young table's one day is a bar, not the whole width.
     last = daily["day"].max() if len(daily) else pd.Timestamp.now().normalize()
-    first = min(daily["day"].min() if len(daily) else last, last - pd.Timedelta(days=13))
-    domain = [first.isoformat(), (last + pd.Timedelta(days=1)).isoformat()]
+    first = daily["day"].min() if len(daily) else last
+    domain = [(first - pd.Timedelta(days=1)).isoformat(), (last + pd.Timedelta(days=2)).isoformat()]
     return (
         alt.Chart(daily)
         .mark_bar()

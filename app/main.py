@@ -23,6 +23,7 @@ from typing import Any
 import streamlit as st
 
 from app.components import (
+    NEEDED_ROLE_KEY,
     current_user,
     inbox_link,
     remember_deep_link,
@@ -36,6 +37,12 @@ PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
 # served under these same paths while signed out, reruns into the page asked for after sign-in.
 URL_PATHS = ("datasets", "table", "imports", "history", "requests", "review", "admin", "rules", "inbox")
+# Pages a role opens, by address: their title and the lowest role that sees them.
+ROLE_PAGES = {
+    "review": ("Review", auth.Role.APPROVER),
+    "admin": ("Admin", auth.Role.ADMIN),
+    "rules": ("Rules", auth.Role.ADMIN),
+}
 
 
 def _route() -> None:
@@ -43,6 +50,7 @@ def _route() -> None:
     st.set_page_config(page_title="Oreo", page_icon=":material/table_view:", layout="wide")
 
     user = current_user()
+    refused: dict[str, tuple[str, str]] = {}  # address -> (page title, role it needs), for pages/no_role.py
     if user is None:
         login = [st.Page(PAGES / "login.py", title="Sign in", icon=":material/login:", url_path="login", default=True)]
         login += [
@@ -80,6 +88,12 @@ def _route() -> None:
         if role is not None and role.rank >= auth.Role.ADMIN.rank:
             pages.append(st.Page(PAGES / "admin.py", title="Admin", icon=":material/build:", url_path="admin"))
             pages.append(st.Page(PAGES / "rules.py", title="Rules", icon=":material/fact_check:", url_path="rules"))
+        # The addresses of pages this role does not open say which role they need (not "Page not found").
+        for path, (title, needed) in ROLE_PAGES.items():
+            if role is None or role.rank < needed.rank:
+                refused[path] = (title, needed.value)
+                icon = ":material/lock:"
+                pages.append(st.Page(PAGES / "no_role.py", title=title, icon=icon, url_path=path, visibility="hidden"))
         router = st.navigation({"Oreo": pages})
         with st.sidebar:
             st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
@@ -91,6 +105,8 @@ def _route() -> None:
         for page in pages:
             if asked_for is not None and page.url_path == asked_for and page is not router:
                 st.switch_page(page)
+    if router.url_path in refused:
+        st.session_state[NEEDED_ROLE_KEY] = refused[router.url_path]
     router.run()
     if user is None:
         # Below the form, where their script elements take no room.

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from app.components import catalog, flash, oreo_errors
+from app.components import catalog, flash, local_time, oreo_errors
 from app.diff_views import Notes
 from core import change_requests
 from core.auth import User
@@ -49,7 +49,7 @@ def thread_view(thread: Sequence[Comment], *, key: str) -> None:
             with st.container(border=True, key=f"{key}_{i}"):
                 cell = f" · :blue-badge[{where(c)}]" if c.row_id is not None else ""
                 st.markdown(
-                    f"**{c.author}** · {c.ts:%Y-%m-%d %H:%M} UTC · :gray-badge[on revision {c.revision}]{cell}"
+                    f"**{c.author}** · {local_time(c.ts)} · :gray-badge[on revision {c.revision}]{cell}"
                 )
                 st.text(c.body)
 
@@ -85,11 +85,10 @@ def revisions_view(revisions: Sequence[Revision], *, key: str) -> None:
                     "rows": r.rows,
                     "cells": r.cells,
                     "checks": r.validation_status or "",
-                    "validation run": r.validation_run_id or "",
                 }
                 for r in revisions
             ],
-            columns=["revision", "staged", "base version", "rows", "cells", "checks", "validation run"],
+            columns=["revision", "staged", "base version", "rows", "cells", "checks"],
         ),
         hide_index=True,
         width="stretch",

@@ -428,14 +428,42 @@ def _optimize(main: Location, zorder: list[str], commit: engine.CommitInfo) -> d
     }
 
 
-def _vacuum(main: Location, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> int:
-    """VACUUM if a dry run finds anything to delete; returns the number of files it lists."""
-    base = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(retain_hours)} HOURS"
+def _vacuum(main: Location, retain_hours: float, skip_check: bool, commit: engine.CommitInfo) -> list[VacuumFile]:
+    """VACUUM if its dry run lists a file to delete; returns the files it listed (none: no VACUUM, no version)."""
     with _vacuum_session(commit, skip_check=skip_check) as spark:
-        deletable = spark.sql(base + " DRY RUN").count()
-        if deletable:
-            spark.sql(base).collect()
-    return int(deletable)
+        files = _deletable_files(spark, main, retain_hours)
+        if files:
+            spark.sql(_vacuum_sql(main, retain_hours)).collect()
+    return files
+
+
+def _vacuum_sql(main: Location, retain_hours: float) -> str:
+    return f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(retain_hours)} HOURS"
+
+
+def _deletable_files(spark: SparkSession, main: Location, retain_hours: float) -> list[VacuumFile]:
+    """The data files ``VACUUM ... RETAIN retain_hours HOURS`` would delete now, with their sizes.
+
+    Delta's DRY RUN also lists folders it would remove because they are empty, such as
+    ``_change_data`` once an earlier VACUUM deleted its change files. They hold no data:
+    listed, a dry run showed a "file" the run then did not count as deleted, and a run with
+    nothing else to delete committed VACUUM START and END for nothing. Both the dry run
+    and the run go by this list, so they agree.
+    """
+    listed = [str(row[0]) for row in spark.sql(_vacuum_sql(main, retain_hours) + " DRY RUN").collect()]
+    root = str(main).rstrip("/") + "/"
+    files = []
+    for listed_path in sorted(listed):
+        local = _listed_location(listed_path)
+        found = location(local)
+        if found.is_dir():
+            continue
+        try:
+            size = found.stat().st_size if is_object_uri(local) else os.path.getsize(local)
+        except OSError:
+            size = 0  # gone since the listing
+        files.append(VacuumFile(path=local.removeprefix(root), size_bytes=size))
+    return files
 
 
 @dataclass(frozen=True)
@@ -487,21 +515,11 @@ def vacuum_dry_run(
     table_hours = _retention_hours(
         dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
     )
-    sql = f"VACUUM {engine.delta_ref(main)} RETAIN {_retain_sql(hours)} HOURS DRY RUN"
     commit = engine.new_commit(actor.username, "vacuum_dry_run")
     skip_check = table_hours is None or hours < table_hours
     step = _spark_step("VACUUM DRY RUN", f"{project_id}/{dataset_id}")
     with step, _vacuum_session(commit, skip_check=skip_check) as spark:
-        listed = [str(row[0]) for row in spark.sql(sql).collect()]
-    root = str(main).rstrip("/") + "/"
-    files = []
-    for listed_path in sorted(listed):
-        local = _listed_location(listed_path)
-        try:
-            size = location(local).stat().st_size if is_object_uri(local) else os.path.getsize(local)
-        except OSError:
-            size = 0  # gone since the listing
-        files.append(VacuumFile(path=local.removeprefix(root), size_bytes=size))
+        files = _deletable_files(spark, main, hours)
     at_risk = _unrestorable(main, hours) if hours < vacuum_horizon_hours() else None
     return VacuumPlan(
         retain_hours=hours, files=files, unrestorable_versions=(at_risk[0], at_risk[1]) if at_risk else None
@@ -690,7 +708,7 @@ def maintain(
             )
             commit = engine.new_commit(actor.username, "vacuum", run_id=run_id, retain_hours=hours)
             with oreo_metrics.timed_operation("vacuum"), _spark_step("VACUUM", target):
-                deletable = _vacuum(main, hours, table_hours is None or hours < table_hours, commit)
+                deletable = len(_vacuum(main, hours, table_hours is None or hours < table_hours, commit))
             end = engine.latest_version(main)
             if end > start:
                 last_commit = commit
@@ -757,7 +775,8 @@ def maintain(
             "version_before": version_before,
             "version_after": version_after,
             "versions_created": list(range(version_before + 1, version_after + 1)),
-            "nothing_to_do": error is None and not did_something,
+            # A step that committed a version did something, whatever it changed (no report says both).
+            "nothing_to_do": error is None and not did_something and version_after == version_before,
             "error": error,
         }
         path = _write_report(layout.maintenance_reports(), run_id, report)

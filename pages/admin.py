@@ -12,6 +12,7 @@ from app.components import (
     catalog,
     dataset_options,
     flash,
+    local_time,
     oreo_errors,
     require_user,
     show_flash,
@@ -41,7 +42,7 @@ show_flash()
 
 
 def when(value: Any) -> str:
-    return "never" if value is None else f"{value:%Y-%m-%d %H:%M}"
+    return "never" if value is None else local_time(value)
 
 
 def size_text(size: int) -> str:
@@ -99,12 +100,33 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
 
     try:
         report = maintenance.maintain(catalog(), project_id, dataset_id, actor=user, progress=progress, **actions)
-    except OreoError:
+    except OreoError as exc:
+        # Shown where the button is; the rest of the page (the other steps) still draws.
         bar.empty()
-        raise
+        st.error(str(exc), icon=":material/error:")
+        return
     st.session_state[REPORT_KEY] = (title, report)
     flash(f"{title} finished.")
     st.rerun()
+
+
+CLEANUP_KINDS = {"session": "editing session", "staging": "staged change request", "import": "uploaded file"}
+
+
+def cleanup_frame(result: dict[str, Any]) -> pd.DataFrame:
+    """A cleanup report as rows a person reads: what, of which dataset, which one, why (no server paths)."""
+    rows = []
+    for item in result.get("details", []):
+        project, dataset, name = str(item["path"]).split("/", 2)  # project/dataset/id
+        rows.append(
+            {
+                "what": CLEANUP_KINDS.get(item["kind"], item["kind"]),
+                "dataset": f"{project}/{dataset}",
+                "which": name,
+                "why": item["reason"],
+            }
+        )
+    return pd.DataFrame(rows, columns=["what", "dataset", "which", "why"])
 
 
 # Words, not emoji: the grid draws on a canvas, whose fonts may have no emoji.
@@ -127,7 +149,7 @@ with oreo_errors():
     figures = sla.sla_figures(catalog(), actor=user)
     breached = [f.name for f in figures if f.ok is False]
     st.caption(
-        "Seed 004's targets, as the Prometheus alerts watch them (`monitoring/prometheus/alerts/oreo.yml`). "
+        "How fast and how reliably Oreo served people, against the targets the monitoring alerts watch. "
         "Reads, imports and approvals count every app and API process of this workspace."
     )
     with st.container(key="admin_sla"):
@@ -162,15 +184,16 @@ with oreo_errors():
                 st.markdown(f"**Last run: {title}**")
                 st.dataframe(report_frame(report), hide_index=True, width="stretch", key="admin_report_table")
 
-        optimize_col, vacuum_col, checkpoint_col = st.columns(3, border=True)
-        with optimize_col:
+        # One box under the other, each the page's width: three columns cut their labels at 1024 px
+        # ("Write checkp…", "Force a retention s…"). The dry run's list follows its VACUUM box.
+        with st.container(border=True, key="admin_optimize_box"):
             st.markdown("**OPTIMIZE**")
             st.caption("Compacts small files into larger ones; ZORDER also clusters rows by the chosen columns.")
             names = [c.name for c in datasets.dataset_columns(info) if c.name != "row_id"]
             zorder = st.multiselect("ZORDER BY (optional)", names, key="admin_zorder")
             if st.button("Run OPTIMIZE", key="admin_optimize", icon=":material/compress:"):
                 run_with_progress(f"OPTIMIZE {choice}", project_id, dataset_id, optimize=True, zorder=zorder or None)
-        with vacuum_col:
+        with st.container(border=True, key="admin_vacuum_box"):
             horizon = maintenance.vacuum_horizon_hours()
             st.markdown("**VACUUM**")
             st.caption("Deletes data files that no version newer than the retention period still uses.")
@@ -185,7 +208,7 @@ with oreo_errors():
                     "Readers and writers still using those files may fail.",
                     icon=":material/warning:",
                 )
-            run_col, dry_col = st.columns(2)
+            run_col = dry_col = st.container(horizontal=True)  # buttons as wide as their labels
             if run_col.button("Run VACUUM", key="admin_vacuum", icon=":material/delete_sweep:"):
                 run_with_progress(
                     f"VACUUM {choice}", project_id, dataset_id, vacuum=True, retain_hours=retain, force=force,
@@ -221,7 +244,7 @@ with oreo_errors():
                         width="stretch",
                         key="admin_vacuum_plan_files",
                     )
-        with checkpoint_col:
+        with st.container(border=True, key="admin_checkpoint_box"):
             st.markdown("**Checkpoint**")
             st.caption("Writes a Delta log checkpoint so readers replay fewer commit files.")
             if st.button("Write checkpoint", key="admin_checkpoint", icon=":material/flag:"):
@@ -256,7 +279,8 @@ with oreo_errors():
                     st.markdown(f"{verb} **{len(items)}** {label}: " + ", ".join(f"`{i}`" for i in items))
             if not found:
                 st.markdown("Nothing to remove." if was_dry else "Nothing was removed.")
-            st.json(result, expanded=False)
+            else:
+                st.dataframe(cleanup_frame(result), hide_index=True, width="stretch", key="admin_cleanup_table")
 
 with oreo_errors():
     st.subheader("Notifications", anchor=False)

@@ -16,6 +16,7 @@ from app.components import (
     dataset_options,
     dialog_value,
     flash,
+    local_time,
     open_dialog,
     oreo_errors,
     require_user,
@@ -24,9 +25,11 @@ from app.components import (
     wait_for_engine,
 )
 from app.diff_views import change_request_rows, version_rows
+from app.formatting import rows_span
 from app.history_views import (
     activity_chart,
     export_bytes,
+    operation_words,
     timeline_frame,
     timeline_styled,
     version_label,
@@ -81,8 +84,8 @@ def column_types() -> dict[str, str]:
 @st.dialog("Restore version?", width="large", on_dismiss=lambda: close_dialog("restore"))
 def restore_dialog(version: Version, current: int) -> None:
     st.write(
-        f"Restore `{choice}` to **version {version.version}** ({version.operation}, "
-        f"{version.timestamp:%Y-%m-%d %H:%M} UTC). The restore is committed as a new version; "
+        f"Restore `{choice}` to **version {version.version}** ({operation_words(version.operation)}, "
+        f"{local_time(version.timestamp)}). The restore is committed as a new version; "
         "the history until now stays and can itself be restored."
     )
     with oreo_errors():
@@ -184,6 +187,7 @@ def timeline(versions: list[Version], total_versions: int) -> None:
                 "change request", help="Select the version to open its change request below"
             ),
             "details": st.column_config.TextColumn("details", width="large"),
+            "operation": st.column_config.TextColumn("operation", help="Delta Lake's name for the commit"),
         },
     )
     selected = [page.versions[i] for i in event.selection.rows if i < len(page.versions)]
@@ -196,11 +200,14 @@ def timeline(versions: list[Version], total_versions: int) -> None:
     if selected and selected[0].cr_id:
         change_request_panel(selected[0])
     elif selected:
-        st.caption(f"Version {selected[0].version} ({selected[0].operation}) was not made by a change request.")
+        made = operation_words(selected[0].operation)
+        st.caption(f"Version {selected[0].version} ({made}) was not made by a change request.")
     if num_pages > 1:
         st.pagination(num_pages, key="history_timeline_page", max_visible_pages=9)
     st.subheader("Activity", anchor=False)
-    st.container(key="history_chart").altair_chart(activity_chart(versions), key="history_activity", width="stretch")
+    # The versions the timeline counts: hidden maintenance is not in the chart either.
+    charted = [v for v in versions if not (hide and v.maintenance)]
+    st.container(key="history_chart").altair_chart(activity_chart(charted), key="history_activity", width="stretch")
 
 
 def change_request_panel(version: Version) -> None:
@@ -210,7 +217,7 @@ def change_request_panel(version: Version) -> None:
         st.markdown(f"**{record.title}** · `{record.id}` · {record.state.value}")
         merged = f" · merged as v{record.merged_version}" if record.merged_version is not None else ""
         st.caption(
-            f"{record.kind} by **{record.author}** on {record.created_at:%Y-%m-%d %H:%M} · "
+            f"{record.kind} by **{record.author}** on {local_time(record.created_at)} · "
             f"approved by **{record.closed_by or '-'}**{merged} · validation {record.validation_status or '-'}"
         )
         if record.description:
@@ -218,7 +225,7 @@ def change_request_panel(version: Version) -> None:
         if record.schema_changes:
             st.markdown("Schema changes:\n" + "\n".join(f"- {schema_change_line(c)}" for c in record.schema_changes))
         for comment in change_requests.comments(catalog(), record.id, actor=user):
-            st.caption(f"{comment.author} · {comment.ts:%Y-%m-%d %H:%M}: {comment.body}")
+            st.caption(f"{comment.author} · {local_time(comment.ts)}: {comment.body}")
         change_request_rows(
             record.id, user, catalog(), key="history_cr_diff", types=column_types(), key_column=info.key_column
         )
@@ -251,7 +258,7 @@ def preview_table(number: int, names: list[str]) -> None:
     num_pages = max(1, math.ceil(page.total / PREVIEW_PAGE))
     first = (page_no - 1) * PREVIEW_PAGE + 1 if page.total else 0
     last = min(page_no * PREVIEW_PAGE, page.total)
-    st.caption(f"Rows **{first:,}–{last:,}** of **{page.total:,}** · as of version {number} (read-only)")
+    st.caption(f"{rows_span(first, last, page.total)} · as of version {number} (read-only)")
     st.container(key="history_rows").dataframe(
         page.rows,
         hide_index=True,

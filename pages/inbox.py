@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.components import catalog, flash, oreo_errors, require_user, show_flash
+from app.components import STATE_BADGES, catalog, flash, local_time, oreo_errors, require_user, show_flash
 from core import auth, change_requests, notify
 from core.change_requests import CRState
 from core.errors import OreoError
@@ -52,29 +52,35 @@ def open_request(item: notify.InboxItem) -> None:
 with oreo_errors():
     everything = notify.inbox(catalog(), user)
     unread = sum(not item.read for item in everything)
-    head, only, mark_all = st.columns([4, 1.4, 1.4], vertical_alignment="center")
+    # Rows that wrap, each control as wide as its label: fixed columns cut them short at 1024 px.
+    head = st.container(horizontal=True, vertical_alignment="center", key="inbox_head")
     head.caption(f"**{unread}** unread of {len(everything)} event(s), newest first")
-    unread_only = only.toggle("Unread only", key="inbox_unread_only")
-    if mark_all.button("Mark all read", key="inbox_mark_all", icon=":material/done_all:", disabled=not unread):
+    unread_only = head.toggle("Unread only", key="inbox_unread_only", width="content")
+    if head.button("Mark all read", key="inbox_mark_all", icon=":material/done_all:", disabled=not unread):
         notify.mark_read(catalog(), user)
         st.rerun()
 
     shown = [item for item in everything if not (unread_only and item.read)]
+    # Each request as it is now (an event says what happened then; the request may have moved on).
+    states = {cr.id: cr.state.value for cr in change_requests.list_change_requests(catalog(), actor=user)}
     if not shown:
         st.info("Nothing here yet. You are told when a request waits for you or something happens to yours.")
     for item in shown:
         with st.container(border=True, key=f"inbox_item_{item.id}"):
-            text, go, read = st.columns([6, 1.3, 1.1], vertical_alignment="center")
+            line = st.container(horizontal=True, vertical_alignment="center")
+            text = line.container(width="stretch")
             badge = EVENT_BADGES.get(item.event, f":gray-badge[{item.event}]")
             summary = item.summary if item.read else f"**{item.summary}**"
             text.markdown(f"{badge} {summary}")
             where = f"{item.project_id}/{item.dataset_id}" if item.dataset_id else item.project_id or ""
+            now = states.get(item.cr_id or "")
             text.caption(
-                f"{item.at:%Y-%m-%d %H:%M} UTC · {where} · `{item.cr_id or ''}`"
+                f"{local_time(item.at)} · {where} · `{item.cr_id or ''}`"
+                + (f" · now {STATE_BADGES.get(now, now)}" if now else "")
                 + ("" if item.read else " · :red[unread]")
             )
-            if item.cr_id and go.button("Open request", key=f"inbox_open_{item.id}", icon=":material/open_in_new:"):
+            if item.cr_id and line.button("Open request", key=f"inbox_open_{item.id}", icon=":material/open_in_new:"):
                 open_request(item)
-            if not item.read and read.button("Mark read", key=f"inbox_read_{item.id}", type="tertiary"):
+            if not item.read and line.button("Mark read", key=f"inbox_read_{item.id}", type="tertiary"):
                 notify.mark_read(catalog(), user, [item.id])
                 st.rerun()

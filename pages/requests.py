@@ -15,10 +15,12 @@ import streamlit as st
 
 from app.approval_views import approval_note, stage_summary, stage_timings
 from app.components import (
+    STATE_BADGES,
     catalog,
     close_dialog,
     dialog_value,
     flash,
+    local_time,
     open_dialog,
     oreo_errors,
     require_user,
@@ -41,6 +43,23 @@ from core.conflicts import find_conflicts
 
 STATES = ["all", *(s.value for s in CRState)]
 TABLE_PAGE = Path(__file__).parent / "table.py"
+
+# Closed without a merge: the staged changes are gone (core.change_requests.remove_leftovers).
+CLOSED_UNMERGED = (CRState.REJECTED, CRState.WITHDRAWN)
+
+
+def state_line(cr: ChangeRequest) -> str:
+    """Where the request stands, in words: its state, who closed it and when, and why."""
+    line = f"{STATE_BADGES.get(cr.state.value, cr.state.value)} **{cr.title}** · revision {cr.revision}"
+    if cr.closed_at is not None:
+        who = "you" if cr.closed_by == user.username else f"**{cr.closed_by}**"
+        line += f" · {cr.state.value} by {who} on {local_time(cr.closed_at)}"
+    if cr.merged_version is not None:
+        line += f" as version {cr.merged_version}"
+    if cr.close_reason:
+        line += f": {cr.close_reason}"
+    return line
+
 
 user = require_user()
 st.title("My requests")
@@ -123,7 +142,9 @@ with oreo_errors():
         reasons = [c for c in thread if c.row_id is None]
         cells = [c for c in thread if c.row_id is not None and c.revision == cr.revision]
         with st.container(border=True, key=f"request_{cr.id}"):
-            text, edit, revise, action = st.columns([3.4, 1.4, 1.6, 1.3], vertical_alignment="center")
+            # The text, then its buttons in a row that wraps: beside it, fixed columns cut them to "W" at 1024 px.
+            text = st.container()
+            actions = st.container(horizontal=True, key=f"request_actions_{cr.id}")
             text.markdown(
                 f"**{cr.title}** · `{cr.id}` · {cr.project_id}/{cr.dataset_id} · revision {cr.revision} · "
                 f"{cr.rows} row(s), {cr.cells} cell(s)"
@@ -143,16 +164,16 @@ with oreo_errors():
                     "Your session is editable again: fix it on the Table page, then submit the revision here "
                     "(or with Submit on the Table page)."
                 )
-            if cr.kind != "import" and edit.button("Edit in Table", key=f"edit_{cr.id}", icon=":material/table:"):
+            if cr.kind != "import" and actions.button("Edit in Table", key=f"edit_{cr.id}", icon=":material/table:"):
                 st.switch_page(TABLE_PAGE, query_params={"dataset": f"{cr.project_id}/{cr.dataset_id}"})
-            if cr.kind != "import" and revise.button(
+            if cr.kind != "import" and actions.button(
                 "Submit revision", key=f"revise_{cr.id}", type="primary", icon=":material/send:"
             ):
                 with oreo_errors(), st.spinner("Re-staging and validating your changes..."):
                     revised = revise_change_request(catalog(), cr.id, actor=user)
-                    flash(f"Submitted revision {revised.revision} of `{cr.id}`.", kind="info")
+                    flash(f"Submitted revision {revised.revision} of `{cr.id}` ({cr.title}).", kind="info")
                     st.rerun()
-            if action.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
+            if actions.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
                 open_dialog("withdraw", cr.id)
 
     open_ones = [cr for cr in shown if cr.state == CRState.OPEN]
@@ -161,7 +182,8 @@ with oreo_errors():
     for cr in open_ones:
         current = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user).version or 0
         with st.container(border=True, key=f"request_{cr.id}"):
-            text, action, again = st.columns([5, 1, 1.4], vertical_alignment="center")
+            text = st.container()
+            actions = st.container(horizontal=True, key=f"request_actions_{cr.id}")
             text.markdown(
                 f"**{cr.title}** · `{cr.id}` · {cr.project_id}/{cr.dataset_id} · "
                 f"{cr.rows} row(s), {cr.cells} cell(s) · checks {status_badge(getattr(cr, 'validation_status', None))}"
@@ -176,12 +198,12 @@ with oreo_errors():
                     f"Based on version {cr.base_version}; the table is now at version {current}. "
                     "Re-submit to have it reviewed against the current data."
                 )
-                if again.button(f"Re-submit on v{current}", key=f"resubmit_{cr.id}", icon=":material/sync:"):
+                if actions.button(f"Re-submit on v{current}", key=f"resubmit_{cr.id}", icon=":material/sync:"):
                     with st.spinner("Re-staging and validating your changes..."):
                         fresh = resubmit_change_request(catalog(), cr.id, actor=user)
                     flash(f"Re-submitted `{cr.id}` as `{fresh.id}` on version {fresh.base_version}.", kind="info")
                     st.rerun()
-            if action.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
+            if actions.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
                 open_dialog("withdraw", cr.id)
 
     chosen = dialog_value("withdraw")
@@ -202,22 +224,32 @@ with oreo_errors():
             st.session_state["requests_cr"] = wanted
         if st.session_state.get("requests_cr") not in by_id:
             st.session_state["requests_cr"] = shown[0].id
+        # The state is shown beside the picker, not in its labels: a label that changes as the
+        # request does (open, then withdrawn) could be left showing the old one.
         chosen_id = st.selectbox(
-            "Change request",
-            list(by_id),
-            key="requests_cr",
-            format_func=lambda i: f"{by_id[i].title} · {by_id[i].state.value} · {i}",
+            "Change request", list(by_id), key="requests_cr", format_func=lambda i: f"{by_id[i].title} · {i}"
         )
         cr = by_id[chosen_id]
         info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
         thread = change_requests.comments(catalog(), cr.id, actor=user)
+        with st.container(key="requests_state_line"):
+            st.markdown(state_line(cr))
         with st.container(key="requests_changes"):
             st.markdown(f"**Changes** (revision {cr.revision})")
-            page = change_request_rows(
-                cr.id, user, catalog(), key="requests_diff", key_column=info.key_column,
-                types={c.name: c.type for c in datasets.dataset_columns(info)},
-                notes=cell_notes(thread, cr.revision), revision=cr.revision,
-            )  # fmt: skip
+            if cr.state in CLOSED_UNMERGED:
+                st.info(
+                    f"It changed **{cr.rows}** row(s), **{cr.cells}** cell(s) of `{cr.project_id}/{cr.dataset_id}`. "
+                    f"Its staged changes were deleted when it was {cr.state.value}, so they cannot be shown; "
+                    "the table never had them.",
+                    icon=":material/inventory_2:",
+                )
+                page = None
+            else:
+                page = change_request_rows(
+                    cr.id, user, catalog(), key="requests_diff", key_column=info.key_column,
+                    types={c.name: c.type for c in datasets.dataset_columns(info)},
+                    notes=cell_notes(thread, cr.revision), revision=cr.revision,
+                )  # fmt: skip
         found = find_conflicts(catalog(), cr.id, actor=user) if cr.state == CRState.OPEN else []
         if found:
             with st.container(key="requests_conflicts"):

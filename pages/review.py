@@ -145,19 +145,19 @@ def reject_dialog(cr: ChangeRequest, revision: int, digest: str | None) -> None:
 
 
 def recent_outcomes(projects: set[str]) -> None:
-    """Approvals of these projects that ended in this server lately, until this session dismisses them."""
-    dismissed = st.session_state.setdefault("review_dismissed", set())
-    for job in background.approvals():
-        if job.running or job.project_id not in projects or (job.cr_id, job.finished) in dismissed:
+    """The user's own approvals that ended: taken once from the server, kept in this session until dismissed."""
+    kept = st.session_state.setdefault("review_outcomes", {})
+    for job in background.claim_outcomes(user.username):
+        kept[job.cr_id] = job
+    for job in list(kept.values()):
+        if job.project_id not in projects:
             continue
         with st.container(key=f"review_outcome_{job.cr_id}"):
             text, close = st.columns([8, 1], vertical_alignment="top")
             with text:
                 approval_outcome(job)
-                if job.approver != user.username:
-                    st.caption(f"Approved by {job.approver}.")
             if close.button("Dismiss", key=f"review_dismiss_{job.cr_id}", icon=":material/close:", type="tertiary"):
-                dismissed.add((job.cr_id, job.finished))
+                kept.pop(job.cr_id, None)
                 st.rerun()
 
 
@@ -324,35 +324,34 @@ with oreo_errors():
             blocked.append(f"it conflicts with newer commits in {len(conflicts)} place(s)")
         if run is not None and run.status == "failed":
             blocked.append("a critical data check fails")
-        approve_col, changes_col, reject_col, note = st.columns([1.3, 1.9, 1, 4], vertical_alignment="center")
-        approve_col.button(
+        # A row that wraps, each button as wide as its label: fixed columns cut them to "A…" at 1024 px.
+        actions = st.container(horizontal=True, vertical_alignment="center", key="review_actions")
+        actions.button(
             "Approve",
             key="review_approve",
             type="primary",
             icon=":material/check:",
             disabled=bool(blocked) or cr.id in merging,
-            width="stretch",
             on_click=decide,
             args=("approve", cr),
         )
-        changes_col.button(
+        actions.button(
             "Request changes",
             key="review_request_changes",
             icon=":material/edit_note:",
             disabled=cr.state != CRState.OPEN or cr.id in merging or cr.kind == "import",
             help=IMPORT_CHANGES if cr.kind == "import" else None,
-            width="stretch",
             on_click=decide,
             args=("request_changes", cr),
         )
-        reject_col.button(
+        actions.button(
             "Reject",
             key="review_reject",
             icon=":material/close:",
-            width="stretch",
             on_click=decide,
             args=("reject", cr),
         )
+        note = actions.container(width="stretch")
         if cr.id in merging:
             note.caption(f"{merging[cr.id].approver} is approving it now.")
         elif cr.state == CRState.CHANGES_REQUESTED:

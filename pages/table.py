@@ -33,7 +33,7 @@ from app.components import (
     wait_for_engine,
 )
 from app.filter_bar import CONDITIONS_KEY, TableQuery
-from app.formatting import EMPTY, display_value, shortened
+from app.formatting import EMPTY, display_value, rows_span, shortened
 from core import auth, change_requests, datasets, reads, sessions
 from core.config import get_settings
 from core.errors import OreoError
@@ -114,10 +114,20 @@ def reset_editor() -> None:
 
 
 @st.dialog("Submit change request", on_dismiss=lambda: close_dialog("submit"))
-def submit_dialog(session_id: str, pending: int) -> None:
-    st.write(f"Send your **{pending}** pending change(s) of `{choice}` to an approver for review.")
-    title = st.text_input("Title", key="submit_title", placeholder=f"Changes to {choice}", max_chars=300)
-    description = st.text_area("Description", key="submit_description", placeholder="What changed and why")
+def submit_dialog(session_id: str, pending: int, revising: change_requests.ChangeRequest | None = None) -> None:
+    """``revising``: the request whose changes were asked for; these edits become its next revision."""
+    if revising is None:
+        st.write(f"Send your **{pending}** pending change(s) of `{choice}` to an approver for review.")
+        title = st.text_input("Title", key="submit_title", placeholder=f"Changes to {choice}", max_chars=300)
+        description = st.text_area("Description", key="submit_description", placeholder="What changed and why")
+    else:
+        # A revision keeps its request's title and description (core ignores new ones): no fields for them.
+        st.write(
+            f"Send your **{pending}** pending change(s) of `{choice}` as revision **{revising.revision + 1}** of "
+            f"**{revising.title}** (`{revising.id}`), the request an approver asked you to change. "
+            "It keeps its title and description."
+        )
+        title = description = ""
     left, right = st.columns(2)
     if right.button("Cancel", key="submit_cancel", width="stretch"):
         close_dialog("submit")
@@ -140,8 +150,13 @@ def submit_dialog(session_id: str, pending: int) -> None:
                 raise
             stages.finish(f"Submitted `{cr.id}`")
             status = getattr(cr, "validation_status", None)
+            what = (
+                f"revision {cr.revision} of change request `{cr.id}` ({cr.title})"
+                if revising is not None
+                else f"change request `{cr.id}`"
+            )
             flash(
-                f"Submitted change request `{cr.id}` ({cr.rows} row(s), {cr.cells} cell(s)). "
+                f"Submitted {what} ({cr.rows} row(s), {cr.cells} cell(s)). "
                 f"Data checks: {status_badge(status)} · {stage_summary(cr.stages)}",
                 kind="warning" if status in ("warning", "failed") else "success",
             )
@@ -236,7 +251,7 @@ with oreo_errors():
         if updated != conditions:
             st.session_state[CONDITIONS_KEY] = updated
             st.rerun()
-        s1, s2, s3, _ = st.columns([2, 1, 1.2, 3], vertical_alignment="bottom")
+        s1, s2, s3, _ = st.columns([2, 1.6, 1.2, 1.5], vertical_alignment="bottom")  # "Descending" whole at 1024 px
         sort_col = s1.selectbox(
             "Sort by", [NATURAL, *names], key="table_sort_col",
             help="Sorts the whole table on the server; the grid's header shows the sort with ▲ or ▼",
@@ -298,7 +313,7 @@ with oreo_errors():
         f"in {', '.join(stable)} order" if stable else "in the order rows were added"
     )
     st.caption(
-        f"Rows **{first:,}–{last:,}** of **{page.total:,}** · version {info.version} · "
+        f"{rows_span(first, last, page.total)} · version {info.version} · "
         f"{'key ' + info.key_column if info.key_column else 'generated row ids'} · {order_note}"
     )
     if page.total == 0 and conditions:
@@ -351,7 +366,7 @@ with oreo_errors():
         ):
             open_dialog("discard")
         st.caption(
-            (f"Editing session `{session.session_id}` (from version {session.base_version})" if session else
+            (f"Your editing session (from version {session.base_version})" if session else
              "No edits yet")
             + f" · **{len(pending)}** pending change(s), saved as you type",
             width="stretch",
@@ -380,7 +395,7 @@ with oreo_errors():
             )
             # The safe choice comes first: this warning appears above the grid a moment after the
             # edit, so a click meant for the grid's first column can land here as it does.
-            no, yes, _ = st.columns([1.3, 1.3, 4])
+            no, yes, _ = st.columns([2, 2, 1])  # wide enough for the labels at 1024 px
             if yes.button(f"Empty the cell(s) ({EMPTY})", key="table_clear_yes", width="stretch"):
                 with oreo_errors():
                     save([sessions.SetCell(c["row_id"], c["column"], None) for c in clears])
@@ -471,7 +486,7 @@ with oreo_errors():
         if not pending:
             st.write("No pending changes. Change a cell in the grid to start.")
         for change in pending[:PENDING_SHOWN]:
-            text, undo = st.columns([8, 1], vertical_alignment="center")
+            text, undo = st.columns([4, 1], vertical_alignment="center")  # "Undo" whole at 1024 px
             line, full = pending_label(change, types)
             text.markdown(line, help=full or None)
             if undo.button("Undo", key=f"undo_{change.row_id}_{change.column or ''}", icon=":material/undo:"):
@@ -517,6 +532,11 @@ with oreo_errors():
                 st.rerun()
 
     if session is not None and dialog_value("submit"):
-        submit_dialog(session.session_id, len(pending))
+        asked = (
+            change_requests.get_change_request(catalog(), session.cr_id, actor=user)
+            if session.state == sessions.REVISING and session.cr_id
+            else None
+        )
+        submit_dialog(session.session_id, len(pending), asked)
     if session is not None and dialog_value("discard"):
         discard_dialog(session.session_id, len(pending))

@@ -181,7 +181,21 @@ def test_the_review_page_shows_merging_then_the_outcome_to_another_session(
     assert any("approve " in c and "merge " in c for c in texts(at.caption)), texts(at.caption)
     assert cr.id not in list(at.dataframe[0].value["id"])
 
-    # Dismissed, it is gone for this session only.
+    # Dismissed, it is gone; the outcome is abe's news, not every approver's (issue 24).
     at.button(key=f"review_dismiss_{cr.id}").click().run(timeout=120)
     assert not has_text(at.success, f"Merged `{cr.id}`")
-    assert has_text(signed_in("ann", REVIEW_PAGE).success, f"Merged `{cr.id}`")
+    assert not has_text(signed_in("ann", REVIEW_PAGE).success, f"Merged `{cr.id}`")
+
+
+def test_an_outcome_is_shown_once_and_only_to_its_approver(workspace: Catalog, ids: dict[str, str]) -> None:
+    cr = change_requests.get_change_request(workspace, ids["warn"], actor=user(workspace, "abe"))
+    background.start_approval(workspace, cr, actor=user(workspace, "abe"))
+    assert _ended(cr.id).outcome == "merged"
+
+    assert not has_text(signed_in("ann", REVIEW_PAGE).success, f"Merged `{cr.id}`")  # another approver
+    at = signed_in("abe", REVIEW_PAGE)
+    assert has_text(at.success, f"Merged `{cr.id}`")
+    at.run(timeout=120)  # this session keeps it until dismissed
+    assert has_text(at.success, f"Merged `{cr.id}`")
+    # A reload is a new session: the news was given, it does not come back.
+    assert not has_text(signed_in("abe", REVIEW_PAGE).success, f"Merged `{cr.id}`")

@@ -146,3 +146,32 @@ def test_the_review_page_offers_reject_not_request_changes_for_an_import(
     assert asked.disabled and "Reject it with a reason" in (asked.help or "")
     assert has_text(at.caption, "An import can't be sent back for changes")
     assert not at.button(key="review_reject").disabled
+
+
+def test_a_revision_submitted_on_the_table_page_names_its_request_and_keeps_its_title(
+    workspace: Catalog, ids: dict[str, str]
+) -> None:
+    cr_id = ids["warn"]
+    change_requests.request_changes(workspace, cr_id, "use gold", actor=user(workspace, "abe"))
+    cr = change_requests.get_change_request(workspace, cr_id, actor=user(workspace, "erin"))
+    sessions.apply_edits(
+        workspace, cr.session_id or "", [sessions.SetCell("1000", "plan", "gold")], actor=user(workspace, "erin")
+    )
+    at = signed_in("erin", TABLE_PAGE)
+    at.button(key="table_submit").click().run(timeout=120)
+    assert has_text(at.markdown, f"as revision **2** of **{cr.title}** (`{cr_id}`)")
+    assert not [t for t in at.text_input if t.key == "submit_title"]  # a revision keeps its title
+
+    at.button(key="submit_confirm").click().run(timeout=900)
+    assert not at.exception, at.exception
+    revised = change_requests.get_change_request(workspace, cr_id, actor=user(workspace, "erin"))
+    assert (revised.revision, revised.title) == (2, cr.title)
+    said = texts(at.success) + texts(at.warning)
+    assert any(f"Submitted revision 2 of change request `{cr_id}` ({cr.title})" in t for t in said), said
+
+
+def test_the_table_page_names_the_session_in_words_not_by_its_id(workspace: Catalog) -> None:
+    session = edit(workspace, "eve", sessions.SetCell("1001", "amount", "99.25"))
+    at = signed_in("eve", TABLE_PAGE)
+    assert has_text(at.caption, "Your editing session (from version 0) · **1** pending change(s)"), texts(at.caption)
+    assert not has_text(at.caption, session.session_id)

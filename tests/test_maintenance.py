@@ -248,6 +248,33 @@ def test_a_vacuum_dry_run_lists_files_and_bytes_and_deletes_nothing(catalog: Cat
         maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM, retain_hours=-1)
 
 
+def test_a_vacuum_dry_run_lists_exactly_what_the_run_deletes(catalog: Catalog) -> None:
+    main = _layout().main
+    # An UPDATE writes change data files (``_change_data``) beside the data file it replaces.
+    commit = engine.new_commit("system", "test_update")
+    with engine.commit_metadata(commit):
+        engine.get_spark().sql(f"UPDATE {engine.delta_ref(main)} SET age = age + 1 WHERE id = 1").collect()
+    sync_dataset(catalog, "demo", "people", commit, version=engine.latest_version(main))
+    before = {p.relative_to(main).as_posix() for p in _data_files()}
+    assert any(p.startswith("_change_data/") for p in before)
+
+    plan = maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM, retain_hours=0)
+    done = maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, vacuum=True, retain_hours=0, force=True)
+    gone = before - {p.relative_to(main).as_posix() for p in _data_files()}
+    assert sorted(f.path for f in plan.files) == sorted(gone)
+    assert done["steps"]["vacuum"]["files_deleted"] == len(gone) > 0 and not done["nothing_to_do"]
+
+    # The change files deleted, ``_change_data`` is an empty folder Delta's dry run still lists:
+    # no file for the dry run, no VACUUM (and no version) for the run, and a report that agrees.
+    assert (main / "_change_data").is_dir() and not any((main / "_change_data").iterdir())
+    assert maintenance.vacuum_dry_run(catalog, "demo", "people", actor=SYSTEM, retain_hours=0).files == []
+    version = engine.latest_version(main)
+    again = maintenance.maintain(catalog, "demo", "people", actor=SYSTEM, vacuum=True, retain_hours=0, force=True)
+    assert engine.latest_version(main) == version
+    assert again["versions_created"] == [] and again["steps"]["vacuum"]["versions"] == []
+    assert again["nothing_to_do"] is True
+
+
 def _current_files(main: Path) -> list[str]:
     from deltalake import DeltaTable
 

@@ -238,3 +238,33 @@ def test_a_quiet_workspace_shows_no_data_rather_than_a_breach(workspace: Catalog
     assert table.loc["Import throughput", "last 24 h"] == "no imports"
     assert table.loc["Approval failures", "last 24 h"] == "0"
     assert not has_text(at.warning, "Over target")
+
+
+def test_a_refused_vacuum_leaves_the_rest_of_the_page(workspace: Catalog) -> None:
+    at = _admin()
+    at.number_input(key="admin_retain").set_value(0.0).run(timeout=300)
+    at.button(key="admin_vacuum").click().run(timeout=300)
+
+    assert has_text(at.error, "to do it anyway")
+    # The dry run beside it, the checkpoint box after it and the cleanup below are still there.
+    assert {"admin_vacuum_dry_run", "admin_checkpoint", "admin_optimize", "admin_cleanup"} <= set(button_keys(at))
+    assert [c for c in at.checkbox if c.key == "admin_force"]
+
+
+def test_the_cleanup_report_is_a_table_without_server_paths(workspace: Catalog, data_root: Path) -> None:
+    edit(workspace, "erin", sessions.SetCell("1000", "plan", "pro"))
+    at = _admin()
+    at.number_input(key="admin_ttl").set_value(0.0).run(timeout=300)
+    at.button(key="admin_cleanup").click().run(timeout=300)
+
+    table = next(d.value for d in at.dataframe if list(d.value.columns) == ["what", "dataset", "which", "why"])
+    assert list(table["what"]) == ["editing session"] and list(table["dataset"]) == ["shop/orders"]
+    assert not at.json
+    assert not any(str(data_root) in str(v) for v in table.to_numpy().ravel())
+
+
+def test_the_service_levels_speak_to_people_not_developers(workspace: Catalog) -> None:
+    at = _admin()
+    words = " ".join(texts(at.caption))
+    assert "Service levels" in " ".join(texts(at.subheader))
+    assert "Seed 004" not in words and ".yml" not in words

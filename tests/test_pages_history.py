@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -310,3 +312,37 @@ def test_a_session_on_another_page_is_not_touched(workspace: Catalog) -> None:
     at = _history("erin", "Version")
     rows = _preview(at, 2, "1001")
     assert list(rows["plan"]) == ["pro"]
+
+
+def _chart(at: AppTest) -> tuple[dict[str, Any], pd.DataFrame]:
+    """The Activity chart's spec and the rows it draws."""
+    [chart] = at.get("vega_lite_chart")
+    rows = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    return json.loads(chart.proto.spec), rows
+
+
+def test_the_activity_chart_shows_what_the_timeline_shows_on_an_axis_that_fits(workspace: Catalog) -> None:
+    ada = user(workspace, "ada")
+    maintenance.maintain(workspace, "shop", "orders", actor=ada, optimize=True, zorder=["plan"])
+    made = [v for v in history.table_history(workspace, "shop", "orders", actor=ada).versions if v.version > 2]
+    at = _history("ada")
+
+    spec, rows = _chart(at)
+    assert int(rows["commits"].sum()) == 3 and "maintenance" not in set(rows["kind"])  # hidden, not counted
+    first, last = (pd.Timestamp(day) for day in spec["encoding"]["x"]["scale"]["domain"])
+    assert last - first <= pd.Timedelta(days=3)  # every version was made today: not two weeks of empty axis
+    # The timeline says what each commit did in words; Delta's name for it stays beside them.
+    timeline = _frame(at, "history_timeline").set_index("version")
+    assert timeline.loc[0, "what happened"] == "table created from the uploaded file"
+    assert timeline.loc[1, "what happened"] == "changes merged" and timeline.loc[1, "operation"] == "MERGE"
+
+    at.toggle(key="history_hide_maintenance").set_value(False).run(timeout=300)
+    _, rows = _chart(at)
+    assert int(rows["commits"].sum()) == 3 + len(made)
+
+
+def test_a_filter_that_matches_nothing_says_no_rows(workspace: Catalog) -> None:
+    at = _history("erin", "Version")
+    assert _preview(at, 1, "no-such-order").empty
+    assert has_text(at.caption, "No rows · as of version 1 (read-only)"), texts(at.caption)
+    assert not has_text(at.caption, "0–0")

@@ -120,3 +120,25 @@ def test_open_request_goes_to_my_requests_for_the_author_and_explains_a_closed_o
     ed.button(key=f"inbox_open_{item.id}").click().run()
     assert not ed.exception, ed.exception
     assert any(t.value == "My requests" for t in ed.title)
+
+
+def test_each_event_shows_its_request_as_it_is_now(workspace: Catalog) -> None:
+    with workspace.session() as s:
+        s.add(DatasetRow(project_id="demo", dataset_id="people", created_by="ada"))
+        s.flush()
+        for cr_id, state in (("cr_00000000000000bb", "withdrawn"), ("cr_00000000000000cc", "open")):
+            s.add(
+                ChangeRequestRow(
+                    id=cr_id, project_id="demo", dataset_id="people", author="ed", title=f"Fix {state}",
+                    state=state, base_version=0, rows=1, cells=1,
+                )
+            )  # fmt: skip
+    for cr_id in ("cr_00000000000000bb", "cr_00000000000000cc"):
+        notify.emit(workspace, "submitted", project="demo", dataset="people", cr_id=cr_id, actor="ed")
+
+    al = signed_in("al", INBOX_PAGE)
+    assert not al.exception, al.exception
+    captions = {c for c in texts(al.caption) if "cr_" in c}
+    # Both were "submitted"; one has been withdrawn since.
+    assert any("`cr_00000000000000bb` · now :gray-badge[withdrawn]" in c for c in captions), captions
+    assert any("`cr_00000000000000cc` · now :blue-badge[open]" in c for c in captions), captions

@@ -292,3 +292,55 @@ def test_a_stale_request_is_resubmitted_on_the_current_version(workspace: Catalo
     assert (fresh.state, fresh.base_version) == (CRState.OPEN, 1)
     assert merge.find_conflicts(workspace, fresh_id, actor=user(workspace, "abe")) == []
     assert f"resubmit_{fresh_id}" not in button_keys(at)
+
+
+def _findings_script() -> None:
+    from app.change_views import findings
+    from core.validation import Check, ValidationRun
+
+    findings(
+        ValidationRun(
+            run_id="vr_test",
+            status="failed",
+            evaluated=3,
+            checks=[
+                Check("expect_column_values_to_not_be_null", "critical", "plan", False, "plan is never empty", 2,
+                      [None, None]),
+                Check("expect_column_values_to_be_between", "warning", "amount", False, "amount is 0 or more", 1,
+                      [-5.0]),
+                Check("expect_column_values_to_be_unique", "critical", "row_id", True, "row_id is unique", None),
+            ],
+        )
+    )  # fmt: skip
+
+
+def test_data_checks_show_counts_and_values_as_the_grid_does() -> None:
+    """Failing rows are whole numbers (not 1.000000), a passed check has 0 (not None), an empty value is ∅."""
+    import pyarrow as pa
+
+    at = AppTest.from_function(_findings_script).run(timeout=60)
+    assert not at.exception, at.exception
+    [table] = at.dataframe
+    shown = pa.ipc.open_stream(table.proto.arrow_data.styler.display_values).read_all().to_pandas()
+    rows = {row["check"]: row for _, row in shown.iterrows()}
+    assert rows["plan is never empty"]["failing rows"] == "2"
+    assert rows["plan is never empty"]["failing values (sample)"] == "∅, ∅"
+    assert rows["amount is 0 or more"]["failing rows"] == "1"
+    assert rows["amount is 0 or more"]["failing values (sample)"] == "-5"
+    assert rows["row_id is unique"]["failing rows"] == "0"
+
+
+def test_a_withdrawn_request_shows_its_state_and_what_it_held(workspace: Catalog, ids: dict[str, str]) -> None:
+    at = signed_in("erin", REQUESTS_PAGE)
+    at.button(key=f"withdraw_{ids['warn']}").click().run(timeout=120)
+    at.button(key="withdraw_confirm").click().run(timeout=120)
+    assert _state(workspace, ids["warn"]) == CRState.WITHDRAWN
+
+    # The picker's label carries no state that could be left saying "open"; the line below it says where it stands.
+    assert at.selectbox(key="requests_cr").value == ids["warn"]
+    assert not any("open" in label for label in at.selectbox(key="requests_cr").options)
+    line = _markdown(at)
+    assert f":gray-badge[withdrawn] **{TITLES['warn']}** · revision 1 · withdrawn by you on " in line
+    # Its staged rows are gone: the page says what it held instead of an empty diff ("0 rows").
+    assert has_text(at.info, "It changed **1** row(s), **1** cell(s) of `shop/orders`.")
+    assert not [m for m in at.metric if m.label == "Rows updated"]

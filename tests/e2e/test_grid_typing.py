@@ -182,7 +182,7 @@ def _type_each(
     pending.get_by_text("Pending changes (").click()
     for customer, value in saved.items():
         expect(pending.get_by_text(f"row {customer} · {column}:")).to_contain_text(f"→ {value}")
-    session = oreo(server, "session", "show", _session_id(page), "--as", username)
+    session = oreo(server, "session", "show", _session_id(server, username), "--as", username)
     assert {e["row_id"]: e["new_value"] for e in session["edits"] if e["column"] == column} == saved
 
 
@@ -297,7 +297,7 @@ def test_the_add_row_form_saves_typed_numbers_and_dates_as_core_reads_them_or_re
     wait_quiet(page)
     expect(pending_caption(page)).to_contain_text("1 pending change")
     expect(add_row_field(form, "orders")).to_have_value("")  # the form is empty again
-    session = oreo(oreo_server, "session", "show", _session_id(page), "--as", "typist")
+    session = oreo(oreo_server, "session", "show", _session_id(oreo_server, "typist"), "--as", "typist")
     saved = {e["column"]: e["new_value"] for e in session["edits"] if e["row_id"] == "999101" and e["column"]}
     assert saved == {
         "customer_id": "999101",

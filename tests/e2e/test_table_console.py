@@ -21,6 +21,9 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 from test_edit_review import select_cell, wait_quiet  # the grid's selection, the editor's own rerun
 
+from core.layout import dataset_layout
+from core.sessions import EDITABLE
+
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
 
@@ -385,7 +388,7 @@ def test_a_date_picked_in_the_grid_and_in_the_form_lands_as_that_date(
     expect(form.locator("[class*='st-key-table_add_signup_date'] input")).to_have_value("")
     expect(caption(page)).to_contain_text("Rows 1–50 of ")
 
-    session = oreo(console_server, "session", "show", _session_id(page), "--as", "admin")
+    session = oreo(console_server, "session", "show", _session_id(console_server, "admin"), "--as", "admin")
     cells = {(e["row_id"], e["column"]): e["new_value"] for e in session["edits"]}
     assert cells[(customer, "signup_date")] == "2024-02-29"
     assert cells[("999001", "signup_date")] == "2023-12-31"
@@ -393,10 +396,16 @@ def test_a_date_picked_in_the_grid_and_in_the_form_lands_as_that_date(
     assert cells[("999001", "first_name")] == "Ada"
 
 
-def _session_id(page: Page) -> str:
-    found = re.search(r"sess_[0-9a-z]+", pending_caption(page).inner_text())
-    assert found, pending_caption(page).inner_text()
-    return found.group(0)
+def _session_id(server: OreoServer, username: str) -> str:
+    """The user's one editable session on demo/customers, from its metadata (the page names it in words, not by id)."""
+    live = Path(str(dataset_layout(server.data_root, "demo", "customers").live_edit_root))
+    found = [
+        meta["session_id"]
+        for meta in (json.loads(path.read_text()) for path in live.glob("*/metadata.json"))
+        if meta["owner"] == username and meta["state"] in EDITABLE
+    ]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_two_filters_and_the_sort_give_the_cli_rows_and_the_url_shares_them(

@@ -27,6 +27,7 @@ from app.components import (
 from app.diff_views import change_request_rows, version_rows
 from app.formatting import rows_span
 from app.history_views import (
+    TIMELINE_SHOWN,
     activity_chart,
     export_bytes,
     operation_words,
@@ -180,6 +181,7 @@ def timeline(versions: list[Version], total_versions: int) -> None:
         key="history_timeline",
         on_select="rerun",
         selection_mode="single-row",
+        column_order=TIMELINE_SHOWN,
         column_config={
             "time": st.column_config.DatetimeColumn("time (UTC)", format="YYYY-MM-DD HH:mm:ss"),
             "actor": st.column_config.TextColumn("actor", help="Who committed it; for a merge, the approver"),

@@ -418,8 +418,12 @@ def test_the_admin_url_is_refused_to_non_admins(
     expect(page.get_by_role("textbox", name="Username")).to_be_visible()
     expect(page.get_by_role("dialog").filter(has_text="Page not found")).to_have_count(0)
 
-    # Signed in, the admin page is still unknown to them: they land on the main page.
-    sign_in(page, username, demo_workspace.passwords[username], settle)
+    # Signed in, the address says the page needs the admin role (issue 24: not "Page not found"), and shows none of it.
+    page.get_by_role("textbox", name="Username").press_sequentially(username)
+    page.get_by_role("textbox", name="Password").press_sequentially(demo_workspace.passwords[username])
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    settle(page, page.get_by_test_id("stAlertContainer").filter(has_text="needs the admin role"))
+    expect(page.get_by_text("Page not found")).to_have_count(0)
     expect(page.get_by_role("link", name="Admin")).to_have_count(0)
     expect(page.get_by_role("heading", name="Admin")).to_have_count(0)
     expect(page.get_by_role("button", name="Run OPTIMIZE")).to_have_count(0)

@@ -25,7 +25,8 @@ SLOW_MS = 600_000
 
 
 def engine_status(server: OreoServer) -> dict[str, object]:
-    with urllib.request.urlopen(f"{server.url}/oreo/engine", timeout=10) as resp:
+    # The warm-up (a staged and approved scratch MERGE) shares the server process: allow a busy answer.
+    with urllib.request.urlopen(f"{server.url}/oreo/engine", timeout=60) as resp:
         return dict(json.loads(resp.read()))
 
 

@@ -21,7 +21,7 @@ import typer
 from cli import rows as rows_cli
 from cli.migrate import migrate_app
 from cli.notify import notify_app, webhook_app
-from core import auth, change_requests, conflicts, datasets, documents, engine, logs, projects, rules, sessions
+from core import auth, change_requests, conflicts, datasets, documents, engine, imports, logs, projects, rules, sessions
 from core.catalog import Catalog, open_catalog
 from core.documents import cr_doc as _cr_doc
 from core.documents import dataset_doc as _dataset_doc
@@ -644,8 +644,6 @@ def append_cmd(
     ] = False,
 ) -> None:
     """Import a file into a dataset as a change request (staged, then validated by GX)."""
-    from core import imports
-
     catalog = _catalog()
     actor = auth.get_user(catalog, as_user)
     cr, plan = imports.import_file(
@@ -715,8 +713,6 @@ def cr_show(
     as_user: AsUser = None,
 ) -> None:
     """Show a change request: its cell-level changes (and with --rows, row by row), validation and conflicts."""
-    from core import imports
-
     rows_cli.check_rows_options(rows, kind, column, export)
     catalog = _catalog()
     actor = _actor(catalog, as_user)

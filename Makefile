@@ -16,7 +16,7 @@ run: setup jars demo
 test: setup-test jars jars-s3a chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 setup: $(VENV)/.runtime
 

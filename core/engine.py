@@ -306,6 +306,9 @@ def stop_spark() -> None:
 ENGINE_START_FILE = "engine-start.json"
 # Tests make the start slower, to see the app while the engine is still starting.
 SLOW_START_ENV = "OREO_TEST_SLOW_ENGINE_START_S"
+# With it, the held-back start goes on as soon as this file exists (a test opens the gate
+# once it has seen what it came to see, instead of sleeping a fixed time).
+START_GATE_ENV = "OREO_TEST_ENGINE_START_GATE"
 
 
 @dataclass(frozen=True)
@@ -384,12 +387,19 @@ def wait_until_warm(timeout: float) -> bool:
     return _warmed.wait(timeout)
 
 
+def _hold_start(pause: float, gate: str | None) -> None:
+    """Hold the start back ``pause`` seconds, or until the ``gate`` file exists, if sooner."""
+    deadline = time.monotonic() + pause
+    while time.monotonic() < deadline:
+        if gate and Path(gate).exists():
+            return
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
 def _start_session() -> None:
     global _warm_finished_at, _warm_error
     try:
-        pause = float(os.environ.get(SLOW_START_ENV) or 0)
-        if pause > 0:
-            time.sleep(pause)
+        _hold_start(float(os.environ.get(SLOW_START_ENV) or 0), os.environ.get(START_GATE_ENV))
         get_spark()
     except Exception as exc:  # EngineError, or a bad SLOW_START_ENV value
         _warm_error = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -12,9 +12,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from core import engine
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "app" / "main.py"
@@ -146,3 +150,17 @@ def test_the_server_imports_main_as_an_asgi_app_whose_lifespan_warms_the_engine(
         "routes": ["/oreo/engine"],
         "lifespan": True,
     }
+
+
+def test_a_held_back_start_goes_on_once_its_gate_opens(tmp_path: Path) -> None:
+    """The test hold: the full pause without a gate, and only until the gate file exists with one."""
+    gate = tmp_path / "gate"
+    opener = threading.Timer(0.3, gate.touch)
+    opener.start()
+    began = time.monotonic()
+    engine._hold_start(60.0, str(gate))
+    assert gate.exists()
+    assert time.monotonic() - began < 30, "the hold outlasted its opened gate"
+    began = time.monotonic()
+    engine._hold_start(0.3, str(tmp_path / "never"))
+    assert time.monotonic() - began >= 0.3

@@ -213,6 +213,24 @@ def alert(page: Page, text: str) -> Locator:
     return page.get_by_test_id("stAlertContainer").filter(has_text=text)
 
 
+def empty_cell(page: Page, row: int, name: str, held: Locator) -> None:
+    """Select a cell and press Delete until the page asks about the emptied cell.
+
+    Right after a refused value the page mounts a fresh grid; a Delete it missed while
+    mounting is pressed again, as a person would when nothing happened.
+    """
+    for attempt in range(3):
+        select_cell(page, row, name)
+        page.keyboard.press("Delete")
+        try:
+            expect(held).to_be_visible(timeout=15_000)
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
+            wait_quiet(page)
+
+
 def shoot(page: Page, shots: Path, name: str, *, grid_right: bool = False, focus: Locator | None = None) -> None:
     """A 1400x1000 screenshot (the viewport is widened again after).
 
@@ -261,31 +279,32 @@ def test_letters_in_a_number_cell_are_not_saved_and_emptying_is_deliberate(
     customer = cell(grid, ROW, "customer_id").inner_text()
     assert spend not in ("", "∅")
 
-    # The grid's number editor takes no letters, and nothing is saved. Either it kept the value,
-    # or the first letter replaced the selected text and left the cell empty: then the page
-    # names the cell, says nothing was saved, and "Keep the value(s)" brings it back.
+    # Letters typed into a number cell are refused by name, and nothing is saved.
     held = alert(page, "Nothing is saved yet")
-    wait_idle(page)
-    field = open_cell_editor(page, ROW, "monthly_spend")
-    page.keyboard.press("ControlOrMeta+a")
-    page.keyboard.type("abc")
-    page.keyboard.press("Enter")
-    page.keyboard.press("Escape")  # closes the editor if Enter left it open on text it cannot take
-    expect(field).to_have_count(0)
+    refused = alert(page, "nothing was saved")
+    wait_quiet(page)
+    for attempt in range(2):  # an edit the grid dropped right after a rerun is typed again (type_into_cell)
+        field = open_cell_editor(page, ROW, "monthly_spend")
+        page.keyboard.press("ControlOrMeta+a")
+        page.keyboard.type("abc", delay=30)
+        expect(field).to_have_value("abc")
+        page.keyboard.press("Enter")
+        expect(field).to_have_count(0)
+        try:
+            expect(refused).to_be_visible(timeout=15_000)
+            break
+        except AssertionError:
+            if attempt:
+                raise
+            wait_quiet(page, 2000)
+    expect(refused).to_contain_text(f"row '{customer}', column 'monthly_spend': 'abc' is not a number")
     wait_quiet(page)
     expect(pending_caption(page)).to_contain_text("0 pending change(s)")
-    if held.count():
-        expect(held).to_contain_text(f"row {customer} · monthly_spend (was {spend})")
-        expect(held).to_contain_text("If you typed letters into a number or date cell")
-        page.get_by_role("button", name="Keep the value(s)").click()
-        expect(held).to_have_count(0)
-        wait_quiet(page)
     expect(cell(editor(page), ROW, "monthly_spend")).to_have_text(spend)
     expect(pending_caption(page)).to_contain_text("0 pending change(s)")
 
     # Emptying a cell is never saved straight away: the page names the cell and asks.
-    select_cell(page, ROW, "monthly_spend")
-    page.keyboard.press("Delete")
+    empty_cell(page, ROW, "monthly_spend", held)
     expect(held).to_contain_text(f"row {customer} · monthly_spend (was {spend})")
     wait_idle(page)
     expect(pending_caption(page)).to_contain_text("0 pending change(s)")
@@ -297,7 +316,6 @@ def test_letters_in_a_number_cell_are_not_saved_and_emptying_is_deliberate(
     expect(pending_caption(page)).to_contain_text("0 pending change(s)")
 
     # Text longer than the suite allows is refused, not cut.
-    refused = alert(page, "nothing was saved")
     type_into_cell(page, ROW, "first_name", "A" * 41, "A" * 41, refused)
     expect(refused).to_contain_text(f"row '{customer}', column 'first_name'")
     expect(refused).to_contain_text("has 41 characters, more than the 40 allowed")
@@ -307,9 +325,7 @@ def test_letters_in_a_number_cell_are_not_saved_and_emptying_is_deliberate(
     shoot(page, shots, "table-refused-value")
 
     # Deliberately: select the cell, press Delete, confirm.
-    select_cell(page, ROW, "monthly_spend")
-    page.keyboard.press("Delete")
-    expect(alert(page, "Nothing is saved yet")).to_be_visible()
+    empty_cell(page, ROW, "monthly_spend", alert(page, "Nothing is saved yet"))
     wait_idle(page)
     page.get_by_role("button", name="Empty the cell(s) (∅)").click()
     expect(pending_caption(page)).to_contain_text("1 pending change(s)")

@@ -2,7 +2,7 @@
 
 A page that needs Spark while it is still starting says "Starting the engine…" with a
 progress bar, then does its work. ``OREO_TEST_SLOW_ENGINE_START_S`` holds the start back
-so a person's click can come first.
+so a person's click can come first, until the test opens ``OREO_TEST_ENGINE_START_GATE``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.e2e.conftest import DemoWorkspace, OreoServer, wait_idle
 Settle = Callable[..., None]
 SHOTS = Path(__file__).resolve().parents[2] / "data" / "screenshots" / "warm_engine"
 ENGINE_TIMEOUT_S = 600.0
-SLOW_START_S = 150  # long enough for sign-in and a click on a loaded machine, before the JVM starts
+SLOW_START_S = 900  # an upper bound: the test opens the start's gate once it saw the click wait
 SLOW_MS = 600_000
 
 
@@ -98,9 +98,14 @@ def test_a_click_before_the_engine_is_ready_says_it_is_starting(
     demo_workspace: DemoWorkspace,
     new_page: Callable[[str], Page],
     settle: Settle,
+    tmp_path: Path,
 ) -> None:
     """An admin writes a checkpoint while the engine still starts: progress, then the result."""
-    server = start_oreo("slow-engine", env={"OREO_TEST_SLOW_ENGINE_START_S": str(SLOW_START_S)})
+    gate = tmp_path / "engine-may-start"
+    server = start_oreo(
+        "slow-engine",
+        env={"OREO_TEST_SLOW_ENGINE_START_S": str(SLOW_START_S), "OREO_TEST_ENGINE_START_GATE": str(gate)},
+    )
     page = new_page(server.url)
     page.set_viewport_size({"width": 1400, "height": 1000})
     sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
@@ -122,6 +127,7 @@ def test_a_click_before_the_engine_is_ready_says_it_is_starting(
     expect(starting).not_to_have_text(first, timeout=30_000)
     expect(starting).to_contain_text("slower than the usual 20 s", timeout=120_000)
     page.screenshot(path=str(SHOTS / "warm_engine_slower.png"))
+    gate.touch()  # the engine may start now
 
     # Once the engine is up the click does its work, without another click.
     done = page.get_by_test_id("stAlertContainer").filter(has_text="finished")

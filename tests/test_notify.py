@@ -257,9 +257,9 @@ def test_stale_is_told_to_the_author_once_per_conflicting_version(workspace: Cat
     assert notify.emit_stale(workspace, "demo", "people", CR, [3, 5]) == 1
     assert [(i.event, i.summary) for i in _inbox_of(workspace, "ed")] == [
         ("stale", "“Fix ages” on demo/people conflicts with newer commits to main (version 5); "
-         "re-submit it against the current version"),
+         "open it to keep your value or take theirs for each conflict"),
         ("stale", "“Fix ages” on demo/people conflicts with newer commits to main (version 3); "
-         "re-submit it against the current version"),
+         "open it to keep your value or take theirs for each conflict"),
     ]
     assert _inbox_of(workspace, "al") == []
 

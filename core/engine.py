@@ -387,8 +387,8 @@ def wait_until_warm(timeout: float) -> bool:
     return _warmed.wait(timeout)
 
 
-def _hold_start(pause: float, gate: str | None) -> None:
-    """Hold the start back ``pause`` seconds, or until the ``gate`` file exists, if sooner."""
+def test_hold(pause: float, gate: str | None) -> None:
+    """Hold a step that a test slows down ``pause`` seconds, or until the ``gate`` file exists, if sooner."""
     deadline = time.monotonic() + pause
     while time.monotonic() < deadline:
         if gate and Path(gate).exists():
@@ -399,7 +399,7 @@ def _hold_start(pause: float, gate: str | None) -> None:
 def _start_session() -> None:
     global _warm_finished_at, _warm_error
     try:
-        _hold_start(float(os.environ.get(SLOW_START_ENV) or 0), os.environ.get(START_GATE_ENV))
+        test_hold(float(os.environ.get(SLOW_START_ENV) or 0), os.environ.get(START_GATE_ENV))
         get_spark()
     except Exception as exc:  # EngineError, or a bad SLOW_START_ENV value
         _warm_error = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -42,7 +42,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,6 +110,7 @@ class ApprovalStarted(audit.AuditEvent):
 # Test hook: seconds an approval waits after ``approval_started``, before its MERGE, so a
 # browser test can kill the server mid-approval. Unset (0) everywhere but in that test.
 PAUSE_BEFORE_MERGE_ENV = "OREO_TEST_PAUSE_BEFORE_MERGE_S"
+MERGE_GATE_ENV = "OREO_TEST_MERGE_GATE"  # with the pause: the MERGE goes on once this file exists
 
 
 def _retryable() -> tuple[type[BaseException], ...]:
@@ -694,9 +694,7 @@ def _record_approval_started(catalog: Catalog, record: ChangeRequest, actor: Use
                 actor=actor.username, project_id=record.project_id, dataset_id=record.dataset_id, cr_id=record.id
             ),
         )
-    pause = float(os.environ.get(PAUSE_BEFORE_MERGE_ENV) or 0)
-    if pause > 0:
-        time.sleep(pause)
+    engine.test_hold(float(os.environ.get(PAUSE_BEFORE_MERGE_ENV) or 0), os.environ.get(MERGE_GATE_ENV))
 
 
 @dataclass(frozen=True)

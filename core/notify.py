@@ -410,7 +410,10 @@ def _summary(
     if event == NotifyEvent.STALE:
         version = extra.get("main_version")
         at = f" (version {version})" if version is not None else ""
-        return f"{named} conflicts with newer commits to main{at}; open it to keep your value or take theirs for each conflict"
+        return (
+            f"{named} conflicts with newer commits to main{at}; "
+            "open it to keep your value or take theirs for each conflict"
+        )
     text = f"{actor} {_VERBS[event]} {named}"
     if event == NotifyEvent.REVISED and extra.get("revision") is not None:
         text += f" (revision {extra['revision']})"

@@ -114,10 +114,12 @@ def test_a_refused_approval_ends_with_one_line_and_changes_nothing(workspace: Ca
 
 
 def test_a_second_start_while_one_runs_joins_it(
-    workspace: Catalog, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    workspace: Catalog, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # Held before its MERGE (core's test hook), so the second click lands while it runs.
-    monkeypatch.setenv(merge.PAUSE_BEFORE_MERGE_ENV, "10")
+    # Held before its MERGE (core's test hook) until the gate opens, so the second click lands while it runs.
+    gate = tmp_path / "merge-gate"
+    monkeypatch.setenv(merge.PAUSE_BEFORE_MERGE_ENV, "600")
+    monkeypatch.setenv(merge.MERGE_GATE_ENV, str(gate))
     cr = change_requests.get_change_request(workspace, ids["mine"], actor=user(workspace, "abe"))
     first = background.start_approval(workspace, cr, actor=user(workspace, "abe"))
     at_merge = _poll(
@@ -136,6 +138,7 @@ def test_a_second_start_while_one_runs_joins_it(
     assert again.started == first.started and again.approver == "abe"
     assert [t.name for t in threading.enumerate()].count(f"oreo-approve-{cr.id}") == 1
 
+    gate.touch()
     job = _ended(cr.id)
     assert job.outcome == "merged", job.error
     assert job.merged is not None and job.merged.merged_version == 1
@@ -153,9 +156,11 @@ def test_outcomes_are_forgotten_after_a_while(
 
 
 def test_the_review_page_shows_merging_then_the_outcome_to_another_session(
-    workspace: Catalog, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    workspace: Catalog, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(merge.PAUSE_BEFORE_MERGE_ENV, "5")
+    gate = tmp_path / "merge-gate"
+    monkeypatch.setenv(merge.PAUSE_BEFORE_MERGE_ENV, "600")
+    monkeypatch.setenv(merge.MERGE_GATE_ENV, str(gate))
     cr = change_requests.get_change_request(workspace, ids["warn"], actor=user(workspace, "abe"))
     background.start_approval(workspace, cr, actor=user(workspace, "abe"))
     _poll(
@@ -172,6 +177,7 @@ def test_the_review_page_shows_merging_then_the_outcome_to_another_session(
     assert has_text(at.caption, "abe is approving it now.")
     assert "merging…" in list(at.dataframe[0].value["approval"])
 
+    gate.touch()
     _ended(cr.id)
     at.run(timeout=120)
     assert not at.exception

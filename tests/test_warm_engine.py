@@ -158,9 +158,9 @@ def test_a_held_back_start_goes_on_once_its_gate_opens(tmp_path: Path) -> None:
     opener = threading.Timer(0.3, gate.touch)
     opener.start()
     began = time.monotonic()
-    engine._hold_start(60.0, str(gate))
+    engine.test_hold(60.0, str(gate))
     assert gate.exists()
     assert time.monotonic() - began < 30, "the hold outlasted its opened gate"
     began = time.monotonic()
-    engine._hold_start(0.3, str(tmp_path / "never"))
+    engine.test_hold(0.3, str(tmp_path / "never"))
     assert time.monotonic() - began >= 0.3

@@ -143,13 +143,18 @@ def start_oreo(
     """Start `streamlit run app/main.py` on a free port over a fresh copy of the demo workspace.
 
     ``secrets_for(url)`` returns the text of the server's only secrets file (default empty:
-    no SSO, whatever .streamlit/secrets.toml holds); ``env`` adds settings. Every server
-    started here is stopped at the end of the session.
+    no SSO, whatever .streamlit/secrets.toml holds); ``env`` adds settings. A server is
+    stopped at the end of the test module that started it (``_module_servers``), so idle
+    servers do not pile up beside the rest of the suite; a ``shared`` one at the end of the session.
     """
     started: list[OreoServer] = []
 
     def start(
-        name: str, *, secrets_for: Callable[[str], str] | None = None, env: dict[str, str] | None = None
+        name: str,
+        *,
+        secrets_for: Callable[[str], str] | None = None,
+        env: dict[str, str] | None = None,
+        shared: bool = False,
     ) -> OreoServer:
         home = tmp_path_factory.mktemp(f"e2e-{name}")
         data_root, database_url = demo_workspace.copy_to(home)
@@ -177,6 +182,8 @@ def start_oreo(
                 )
             server = OreoServer(url=url, data_root=data_root, process=process, log=log)
             started.append(server)
+            if not shared:
+                _MODULE_SERVERS.append(server)
             if _wait_healthy(server, port):
                 return server
         raise AssertionError(f"no free port for the {name!r} server after 3 attempts")
@@ -186,10 +193,22 @@ def start_oreo(
         _stop(server)
 
 
+# Servers the current test module started (not the shared one): stopped when the module ends.
+_MODULE_SERVERS: list[OreoServer] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_servers() -> Iterator[None]:
+    """Stop the servers a module started once its last test ran (each holds a JVM and about 700 MB)."""
+    yield
+    while _MODULE_SERVERS:
+        _stop(_MODULE_SERVERS.pop())
+
+
 @pytest.fixture(scope="session")
 def oreo_server(start_oreo: Callable[..., OreoServer]) -> OreoServer:
-    """The app with local accounts only."""
-    return start_oreo("local")
+    """The app with local accounts only, shared by the modules that only read or use rows of their own."""
+    return start_oreo("local", shared=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,8 @@
 """What a person sees while waiting: submit and approve show their stages, and an approval outlives its tab.
 
 The approval is held right before its MERGE by ``OREO_TEST_PAUSE_BEFORE_MERGE_S`` (a real
-pause in ``core.merge``, set only on this test's server), so the approver's tab is closed
-while the approval runs, every time.
+pause in ``core.merge``, set only on this test's server) until the test opens
+``OREO_TEST_MERGE_GATE``, so the approver's tab is closed while the approval runs, every time.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]
 ROW_PX = 35
 SLOW_MS = 600_000  # Spark, GX and a MERGE on a busy 2-core machine
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-PAUSE_S = "180"  # long enough on a busy machine to close the tab, come back and see it still merging
+PAUSE_S = "900"  # an upper bound: the test opens the MERGE's gate once it came back and saw it merging
 # A duration as the pages print it: "0.4 s", "12 s" or "2 min 05 s".
 DUR = r"(?:\d+(?:\.\d)? s|\d+ min \d\d s)"
 SUBMIT_TIMES = re.compile(rf"submit {DUR} \(staging {DUR} · checks {DUR}\)")
@@ -120,7 +120,8 @@ def test_submit_and_approve_show_their_stages_and_an_approval_outlives_its_tab(
     settle: Settle,
     tmp_path: Path,
 ) -> None:
-    server = start_oreo("progress", env={"OREO_TEST_PAUSE_BEFORE_MERGE_S": PAUSE_S})
+    gate = tmp_path / "merge-may-go-on"
+    server = start_oreo("progress", env={"OREO_TEST_PAUSE_BEFORE_MERGE_S": PAUSE_S, "OREO_TEST_MERGE_GATE": str(gate)})
 
     # ---- the editor edits one cell and submits: the dialog's status walks through staging and checks
     page = new_page(server.url)
@@ -183,6 +184,7 @@ def test_submit_and_approve_show_their_stages_and_an_approval_outlives_its_tab(
     )
     expect(back.get_by_role("button", name="Approve", exact=True)).to_be_disabled()
     shot(back, "3-merging", tmp_path)
+    gate.touch()  # the held MERGE goes on
 
     # ---- then the outcome, with every stage's duration, without a click
     merged = back.get_by_test_id("stAlertContainer").filter(has_text=f"Merged {cr_id}")

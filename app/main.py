@@ -26,6 +26,7 @@ from app.components import (
     NEEDED_ROLE_KEY,
     current_user,
     inbox_link,
+    readable_captions,
     remember_deep_link,
     sign_out,
     sync_session_cookie,
@@ -48,6 +49,7 @@ ROLE_PAGES = {
 def _route() -> None:
     """Sign-in gate, then the page the user asked for."""
     st.set_page_config(page_title="Oreo", page_icon=":material/table_view:", layout="wide")
+    readable_captions()
 
     user = current_user()
     refused: dict[str, tuple[str, str]] = {}  # address -> (page title, role it needs), for pages/no_role.py
@@ -94,7 +96,9 @@ def _route() -> None:
                 refused[path] = (title, needed.value)
                 icon = ":material/lock:"
                 pages.append(st.Page(PAGES / "no_role.py", title=title, icon=icon, url_path=path, visibility="hidden"))
-        router = st.navigation({"Oreo": pages})
+        # A flat list, not one "Oreo" section: Streamlit draws a section's header inside the nav's <ul>,
+        # which breaks the list for screen readers (axe: list, listitem).
+        router = st.navigation(pages)
         with st.sidebar:
             st.markdown(f"Signed in as **{user.label}**  \n`{user.username}` · {role.value if role else 'no role yet'}")
             inbox_link(inbox, user)

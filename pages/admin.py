@@ -145,6 +145,8 @@ def sla_frame(figures: list[sla.SlaFigure]) -> pd.DataFrame:
 
 
 with oreo_errors():
+    # Headings go h1, h2, h3 with no level skipped (screen readers list them as the page's outline).
+    st.header("Monitoring", anchor=False)
     st.subheader("Service levels, last 24 hours", anchor=False)
     figures = sla.sla_figures(catalog(), actor=user)
     breached = [f.name for f in figures if f.ok is False]
@@ -159,7 +161,7 @@ with oreo_errors():
 
 options = [o for o in dataset_options(user) if split_dataset(o)[0] in admin_projects]
 with oreo_errors():
-    st.subheader("Table maintenance", anchor=False)
+    st.header("Table maintenance", anchor=False)
     if not options:
         st.info("No datasets in the projects you administer.")
     else:
@@ -251,7 +253,7 @@ with oreo_errors():
                 run_with_progress(f"Checkpoint {choice}", project_id, dataset_id, checkpoint=True)
 
 with oreo_errors():
-    st.subheader("Cleanup", anchor=False)
+    st.header("Cleanup", anchor=False)
     st.caption("Removes abandoned editing sessions, staged change requests and unfinished imports older than the TTL.")
     ttl_col, dry_col, run_col = st.columns([2, 1.5, 1.5], vertical_alignment="bottom")
     ttl = ttl_col.number_input(
@@ -283,7 +285,7 @@ with oreo_errors():
                 st.dataframe(cleanup_frame(result), hide_index=True, width="stretch", key="admin_cleanup_table")
 
 with oreo_errors():
-    st.subheader("Notifications", anchor=False)
+    st.header("Notifications", anchor=False)
     settings = get_settings()
     st.caption(
         f"Email goes out through `{settings.smtp_host}` ({settings.smtp_tls}); webhooks get every review event."

@@ -74,6 +74,8 @@ with oreo_errors():
     roles = auth.memberships(catalog(), user)
     if not visible:
         st.info("You are not a member of any project yet. Ask an admin to add you.")
+    else:
+        st.header("Your projects", anchor=False)  # each project's name is a heading below it, one level down
     for project in visible:
         role = roles.get(project.id)
         st.subheader(f"{project.name}", anchor=False)

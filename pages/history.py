@@ -206,7 +206,7 @@ def timeline(versions: list[Version], total_versions: int) -> None:
         st.caption(f"Version {selected[0].version} ({made}) was not made by a change request.")
     if num_pages > 1:
         st.pagination(num_pages, key="history_timeline_page", max_visible_pages=9)
-    st.subheader("Activity", anchor=False)
+    st.header("Activity", anchor=False)
     # The versions the timeline counts: hidden maintenance is not in the chart either.
     charted = [v for v in versions if not (hide and v.maintenance)]
     st.container(key="history_chart").altair_chart(activity_chart(charted), key="history_activity", width="stretch")

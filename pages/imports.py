@@ -214,14 +214,14 @@ def show_upload(upload: imports.Upload) -> None:
             st.rerun()
 
     with st.container(key="import_preview"):
-        st.subheader("Preview", anchor=False)
+        st.header("Preview", anchor=False)
         first = imports.preview(upload, PREVIEW_ROWS)
         st.caption(f"First {first.num_rows:,} of {upload.rows:,} row(s), as read from the file")
         st.dataframe(first.to_pandas(), hide_index=True, width="stretch", key="import_preview_table")
 
     info, columns = imports.compare_with_table(catalog(), upload, actor=user)
     with st.container(key="import_schema"):
-        st.subheader("Schema", anchor=False)
+        st.header("Schema", anchor=False)
         st.caption(f"The file's columns against `{choice}` at version {info.version}")
         for line in schema_summary(columns):
             st.markdown(line)
@@ -234,7 +234,7 @@ def show_upload(upload: imports.Upload) -> None:
             key="import_schema_table",
         )
 
-    st.subheader("Import as", anchor=False)
+    st.header("Import as", anchor=False)
     mode = st.radio(
         "Mode",
         imports.MODES,

@@ -136,7 +136,7 @@ with oreo_errors():
 
     asked = [cr for cr in shown if cr.state == CRState.CHANGES_REQUESTED]
     if asked:
-        st.subheader("Changes requested", anchor=False)
+        st.header("Changes requested", anchor=False)
     for cr in asked:
         thread = change_requests.comments(catalog(), cr.id, actor=user)
         reasons = [c for c in thread if c.row_id is None]
@@ -178,7 +178,7 @@ with oreo_errors():
 
     open_ones = [cr for cr in shown if cr.state == CRState.OPEN]
     if open_ones:
-        st.subheader("Open", anchor=False)
+        st.header("Open", anchor=False)
     for cr in open_ones:
         current = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user).version or 0
         with st.container(border=True, key=f"request_{cr.id}"):
@@ -216,7 +216,7 @@ with oreo_errors():
 
     # ---------------------------------------------------------------- one request in full
     if shown:
-        st.subheader("Request details", anchor=False)
+        st.header("Request details", anchor=False)
         by_id = {cr.id: cr for cr in shown}
         wanted = st.query_params.get("cr")
         if wanted in by_id and st.session_state.get("requests_from_url") != wanted:

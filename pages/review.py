@@ -238,6 +238,8 @@ with oreo_errors():
 
     merging = {job.cr_id: job for job in background.approvals() if job.running}
     waiting = sum(cr.state == CRState.CHANGES_REQUESTED for cr in queue)
+    # The chosen request's title below is a level-3 heading: this one keeps the outline from skipping a level.
+    st.header("Waiting for review", anchor=False)
     st.caption(
         f"**{len(queue) - waiting}** open change request(s) in your projects"
         + (f" and **{waiting}** waiting for their author's revision" if waiting else "")

@@ -22,7 +22,7 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from sqlalchemy import select
 
 from core import audit
-from core.auth import SYSTEM, Role, TokenScope, User, role_in, user_from_row
+from core.auth import DISABLED_MESSAGE, SYSTEM, Role, TokenScope, User, role_in, user_from_row
 from core.catalog import ApiTokenRow, Catalog, ProjectRow, UserRow, utcnow
 from core.errors import AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
 
@@ -238,7 +238,7 @@ def authenticate_token(catalog: Catalog, text: str) -> User:
         if row.expires_at is not None and row.expires_at <= now:
             raise AuthenticationFailed(f"API token {token_id} expired; create a new one")
         if user_row.disabled:
-            raise AuthenticationFailed("this account is disabled")
+            raise AuthenticationFailed(DISABLED_MESSAGE)
         if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
             row.last_used_at = now
         scope = TokenScope(

@@ -653,9 +653,7 @@ def test_concurrent_wrong_passwords_get_at_most_the_limit_of_checks(
 def test_concurrent_right_passwords_all_sign_in_without_blocking_anyone(catalog: Catalog) -> None:
     auth.create_user(catalog, "alice", password="alice-password")
     answers = _sign_in_at_once(catalog.url, 8, "alice", "alice-password")
-    # Counted before the check, then taken back: at most the limit get in while the others were counted.
+    # Each is counted before its check; those that got in clear the count, so nobody is left blocked.
     assert "signed in" in answers
-    assert set(answers) <= {"signed in", "too many failed sign-ins; wait 30 seconds and try again"} | {
-        a for a in answers if a.startswith("too many failed sign-ins")
-    }
+    assert _failure_row(catalog, "client", "10.1.0.0").failures == 0
     assert auth.authenticate(catalog, "alice", "alice-password", client="10.1.0.0").username == "alice"

@@ -20,10 +20,10 @@ def team(catalog: Catalog) -> Catalog:
     projects.create_project(catalog, "demo")
     projects.create_project(catalog, "other")
     for name, role in (("ed", "editor"), ("ap", "approver")):
-        auth.create_user(catalog, name, password="password123")
+        auth.create_user(catalog, name, password="not-a-common-password")
         auth.add_member(catalog, "demo", name, role)
     auth.add_member(catalog, "other", "ap", "editor")
-    auth.create_user(catalog, "root", password="password123", site_admin=True)
+    auth.create_user(catalog, "root", password="not-a-common-password", site_admin=True)
     return catalog
 
 
@@ -132,7 +132,7 @@ def test_tokens_and_idempotency_keys_on_postgres(postgres_url: str, monkeypatch:
     get_settings.cache_clear()
     reset_catalogs()
     catalog = open_catalog()
-    auth.create_user(catalog, "pgtoken", password="password123")
+    auth.create_user(catalog, "pgtoken", password="not-a-common-password")
     created = tokens.create_token(catalog, "pgtoken", role="editor", expires_days=2)
     user = tokens.authenticate_token(catalog, created.secret)
     assert user.scope is not None and user.scope.role == auth.Role.EDITOR

@@ -283,7 +283,7 @@ def revoke_api_tokens(s: Session, user_id: int, now: datetime) -> int:
 
 @dataclass(frozen=True)
 class AccessRevoked:
-    """What disabling an account ended: its browser sessions and its API tokens."""
+    """What revoking, disabling or deleting an account ended: its browser sessions and its API tokens."""
 
     username: str
     sessions: int

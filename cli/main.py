@@ -21,13 +21,27 @@ import typer
 from cli import rows as rows_cli
 from cli.migrate import migrate_app
 from cli.notify import notify_app, webhook_app
-from core import auth, change_requests, conflicts, datasets, documents, engine, imports, logs, projects, rules, sessions
+from core import (
+    auth,
+    change_requests,
+    conflicts,
+    datasets,
+    documents,
+    engine,
+    imports,
+    logs,
+    projects,
+    rules,
+    sessions,
+    tokens,
+    web_sessions,
+)
 from core.catalog import Catalog, open_catalog
 from core.documents import cr_doc as _cr_doc
 from core.documents import dataset_doc as _dataset_doc
 from core.documents import dumps
 from core.documents import validation_doc as _validation_doc
-from core.errors import EngineError, InvalidInput, OreoError
+from core.errors import AuthenticationFailed, EngineError, InvalidInput, OreoError
 from core.filters import parse_where
 from core.reads import RowFilter
 
@@ -82,7 +96,12 @@ def _catalog() -> Catalog:
 
 
 def _actor(catalog: Catalog, username: str | None) -> auth.User:
-    return auth.SYSTEM if username is None else auth.get_user(catalog, username)
+    if username is None:
+        return auth.SYSTEM
+    user = auth.get_user(catalog, username)
+    if user.disabled:
+        raise AuthenticationFailed(f"cannot act as {username!r}: {auth.DISABLED_MESSAGE}")
+    return user
 
 
 def _read_password_stdin() -> str:
@@ -145,7 +164,10 @@ def user_password(
     username: str,
     password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the password from stdin.")] = False,
 ) -> None:
-    """Set a new password (generated and printed unless --password-stdin)."""
+    """Set a new password (generated and printed unless --password-stdin).
+
+    The user's browser sessions and API tokens are revoked: whoever knew the old password signs in again.
+    """
     password = _read_password_stdin() if password_stdin else auth.generate_password()
     auth.set_password(_catalog(), username, password)
     doc: dict[str, Any] = {"username": username}
@@ -156,7 +178,7 @@ def user_password(
 
 @user_app.command("list")
 def user_list() -> None:
-    """List accounts."""
+    """List accounts (disabled ones are marked in the text output)."""
     users = auth.list_users(_catalog())
     doc = {
         "users": [
@@ -164,14 +186,19 @@ def user_list() -> None:
             for u in users
         ]
     }
-    emit(doc, "\n".join(f"{u.username:<20} {u.email or '':<30} {'site-admin' if u.site_admin else ''}" for u in users))
+    emit(
+        doc,
+        "\n".join(
+            f"{u.username:<20} {u.email or '':<30} {'site-admin' if u.site_admin else ''}"
+            + ("  disabled" if u.disabled else "")
+            for u in users
+        ),
+    )
 
 
 @user_app.command("sessions")
 def user_sessions(username: str, as_user: AsUser = None) -> None:
     """List a user's browser sign-ins, newest first (ended ones too, with their state)."""
-    from core import web_sessions
-
     catalog = _catalog()
     items = web_sessions.list_web_sessions(catalog, username, actor=_actor(catalog, as_user))
     doc = {
@@ -205,12 +232,58 @@ def user_sessions(username: str, as_user: AsUser = None) -> None:
 
 @user_app.command("revoke")
 def user_revoke(username: str, as_user: AsUser = None) -> None:
-    """Revoke every active browser sign-in of a user (site admins); their next page load asks for sign-in."""
-    from core import web_sessions
+    """Revoke every active browser sign-in and every API token of a user (site admins).
 
+    Their next page load asks for sign-in and their tokens answer 401; the account and its password stay.
+    """
     catalog = _catalog()
-    revoked = web_sessions.revoke_user_sessions(catalog, username, actor=_actor(catalog, as_user))
-    emit({"username": username, "revoked": revoked}, f"revoked {revoked} session(s) of {username}")
+    revoked = web_sessions.revoke_user_access(catalog, username, actor=_actor(catalog, as_user))
+    doc: dict[str, Any] = {"username": username, "revoked": revoked.sessions}
+    if revoked.tokens:
+        doc["tokens_revoked"] = revoked.tokens
+    tokens_said = f" and {revoked.tokens} API token(s)" if revoked.tokens else ""
+    emit(doc, f"revoked {revoked.sessions} session(s){tokens_said} of {username}")
+
+
+@user_app.command("disable")
+def user_disable(username: str, as_user: AsUser = None) -> None:
+    """Disable an account (site admins): it cannot sign in, and its browser sessions and API tokens are revoked.
+
+    Its memberships, change requests and history stay; `oreo user enable` lets it sign in again (with new
+    sessions and tokens). The last enabled site admin cannot be disabled.
+    """
+    catalog = _catalog()
+    revoked = auth.disable_user(catalog, username, actor=_actor(catalog, as_user))
+    counts = {"sessions_revoked": revoked.sessions, "tokens_revoked": revoked.tokens}
+    emit(
+        {"username": username, "disabled": True, **counts},
+        f"disabled {username}; revoked {revoked.sessions} session(s) and {revoked.tokens} API token(s)",
+    )
+
+
+@user_app.command("enable")
+def user_enable(username: str, as_user: AsUser = None) -> None:
+    """Let a disabled account sign in again (site admins); revoked sessions and tokens stay revoked."""
+    catalog = _catalog()
+    user = auth.enable_user(catalog, username, actor=_actor(catalog, as_user))
+    emit({"username": user.username, "disabled": False}, f"enabled {user.username}")
+
+
+@user_app.command("delete")
+def user_delete(username: str, as_user: AsUser = None) -> None:
+    """Delete an account for good (site admins), with its memberships, sessions, API tokens and inbox.
+
+    What it did stays readable: change requests, comments, history and the audit log keep its username.
+    The username may later be given to a new account; to stop someone but keep the account, use
+    `oreo user disable`. The last enabled site admin cannot be deleted.
+    """
+    catalog = _catalog()
+    revoked = auth.delete_user(catalog, username, actor=_actor(catalog, as_user))
+    counts = {"sessions_revoked": revoked.sessions, "tokens_revoked": revoked.tokens}
+    emit(
+        {"username": username, "deleted": True, **counts},
+        f"deleted {username}; revoked {revoked.sessions} session(s) and {revoked.tokens} API token(s)",
+    )
 
 
 # ---------------------------------------------------------------- API tokens and the API server
@@ -221,11 +294,15 @@ def token_create(
     as_user: Annotated[str, typer.Option("--as", help="Whose token it is.")],
     project: Annotated[str | None, typer.Option("--project", help="Only this project.")] = None,
     role: Annotated[str | None, typer.Option("--role", help="At most this role: editor, approver or admin.")] = None,
-    expires_days: Annotated[int | None, typer.Option("--expires-days", help="Valid this many days.")] = None,
+    expires_days: Annotated[
+        int | None,
+        typer.Option(
+            "--expires-days",
+            help="Valid this many days, 1 to 3650 (default: OREO_TOKEN_DEFAULT_DAYS, 90).",
+        ),
+    ] = None,
 ) -> None:
     """Create a personal access token for the HTTP API; it is printed once, only its hash is kept."""
-    from core import tokens
-
     created = tokens.create_token(_catalog(), as_user, project_id=project, role=role, expires_days=expires_days)
     doc = {"token": created.secret, **created.token.to_json()}
     emit(doc, f"token {created.token.id} for {as_user} (shown once, keep it safe):\n{created.secret}")
@@ -234,8 +311,6 @@ def token_create(
 @token_app.command("list")
 def token_list(as_user: Annotated[str | None, typer.Option("--as", help="Only this user's tokens.")] = None) -> None:
     """List API tokens (never their secrets)."""
-    from core import tokens
-
     found = tokens.list_tokens(_catalog(), username=as_user)
     lines = [
         f"{t.id}  {t.username:<16} {t.project_id or '*':<16} {t.role or '-':<9} {t.state:<8} "
@@ -248,8 +323,6 @@ def token_list(as_user: Annotated[str | None, typer.Option("--as", help="Only th
 @token_app.command("revoke")
 def token_revoke(token_id: str) -> None:
     """Revoke an API token for good."""
-    from core import tokens
-
     revoked = tokens.revoke_token(_catalog(), token_id)
     emit(revoked.to_json(), f"token {revoked.id} of {revoked.username} revoked")
 
@@ -552,7 +625,7 @@ def edit(
             field="edits",
         )
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     if session_id is None:  # a session is started only for values that fit: a refused edit leaves none
         info, count = sessions.save_edits(catalog, project_id, dataset_id, ops, actor=actor)
         session_id = info.session_id
@@ -594,7 +667,7 @@ def cr_submit(
 ) -> None:
     """Submit a session's edits as a change request (staged, then validated by GX)."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     if session_id is None:
         found = sessions.current_session(catalog, project_id, dataset_id, actor=actor)
         if found is None:
@@ -645,7 +718,7 @@ def append_cmd(
 ) -> None:
     """Import a file into a dataset as a change request (staged, then validated by GX)."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr, plan = imports.import_file(
         catalog,
         project_id,
@@ -795,7 +868,7 @@ def cr_approve(
     from core import merge
 
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr = merge.approve_change_request(catalog, cr_id, actor=actor, comment=comment, expected_revision=revision)
     emit(
         documents.approve_doc(cr),
@@ -812,7 +885,7 @@ def cr_reject(
 ) -> None:
     """Reject a change request; main is untouched."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr = change_requests.reject_change_request(catalog, cr_id, actor=actor, reason=reason, expected_revision=revision)
     emit(documents.state_doc(cr), f"change request {cr.id} (revision {cr.revision}) rejected")
 
@@ -821,7 +894,7 @@ def cr_reject(
 def cr_withdraw(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
     """Withdraw your own open change request; main is untouched."""
     catalog = _catalog()
-    cr = change_requests.withdraw_change_request(catalog, cr_id, actor=auth.get_user(catalog, as_user))
+    cr = change_requests.withdraw_change_request(catalog, cr_id, actor=_actor(catalog, as_user))
     emit(documents.state_doc(cr), f"change request {cr.id} withdrawn")
 
 
@@ -829,7 +902,7 @@ def cr_withdraw(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="T
 def cr_resubmit(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
     """Re-submit your open request against the current version (the old one is withdrawn)."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr = change_requests.resubmit_change_request(catalog, cr_id, actor=actor)
     run = change_requests.validation_for(catalog, cr.id, actor=actor)
     doc = {"cr_id": cr.id, "state": cr.state.value, "validation": _validation_doc(run), "replaces": cr_id}
@@ -902,7 +975,7 @@ def cr_resolve(
     if keep_mine == take_theirs:
         raise typer.BadParameter("give exactly one of --keep-mine and --take-theirs", param_hint="--keep-mine")
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     choice: conflicts.Choice = "mine" if keep_mine else "theirs"
     cr = conflicts.resolve_conflict(catalog, cr_id, row, column, choice, actor=actor)
     left = conflicts.find_conflicts(catalog, cr.id, actor=actor)
@@ -926,7 +999,7 @@ def cr_comment(
 ) -> None:
     """Comment on a change request, or on one cell of its diff (--row and --column)."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     comment = change_requests.add_comment(catalog, cr_id, text, actor=actor, row_id=row, column=column)
     where = f" on row {comment.row_id} · {comment.column}" if comment.row_id is not None else ""
     emit(documents.comment_doc(cr_id, comment), f"commented on change request {cr_id}{where}")
@@ -941,7 +1014,7 @@ def cr_request_changes(
 ) -> None:
     """Send an open change request back to its author with a reason; they revise it."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr = change_requests.request_changes(catalog, cr_id, reason, actor=actor, expected_revision=revision)
     emit(documents.changes_requested_doc(cr), f"changes requested on change request {cr.id} (revision {cr.revision})")
 
@@ -950,7 +1023,7 @@ def cr_request_changes(
 def cr_revise(cr_id: str, as_user: Annotated[str, typer.Option("--as", help="The author.")]) -> None:
     """Re-stage a change request from its edited session as its next revision (after changes were requested)."""
     catalog = _catalog()
-    actor = auth.get_user(catalog, as_user)
+    actor = _actor(catalog, as_user)
     cr = change_requests.revise_change_request(catalog, cr_id, actor=actor)
     run = change_requests.validation_for(catalog, cr.id, actor=actor)
     doc = documents.revise_doc(cr, run)
@@ -1224,7 +1297,7 @@ def history_restore(
 
     catalog = _catalog()
     result = history.restore_version(
-        catalog, project_id, dataset_id, version, actor=auth.get_user(catalog, as_user), reason=reason or ""
+        catalog, project_id, dataset_id, version, actor=_actor(catalog, as_user), reason=reason or ""
     )
     emit(
         documents.restore_doc(result),

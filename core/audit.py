@@ -53,6 +53,37 @@ class UserCreated(AuditEvent):
 class PasswordChanged(AuditEvent):
     name: ClassVar[str] = "password_changed"
     username: str
+    tokens_revoked: int = 0
+
+    def target(self) -> str:
+        return f"user:{self.username}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserDisabled(AuditEvent):
+    name: ClassVar[str] = "user_disabled"
+    username: str
+    sessions_revoked: int = 0
+    tokens_revoked: int = 0
+
+    def target(self) -> str:
+        return f"user:{self.username}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserEnabled(AuditEvent):
+    name: ClassVar[str] = "user_enabled"
+    username: str
+
+    def target(self) -> str:
+        return f"user:{self.username}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserDeleted(AuditEvent):
+    name: ClassVar[str] = "user_deleted"
+    username: str
+    email: str | None = None
 
     def target(self) -> str:
         return f"user:{self.username}"
@@ -68,7 +99,8 @@ class SignedIn(AuditEvent):
 class SignInFailed(AuditEvent):
     name: ClassVar[str] = "sign_in_failed"
     method: str = "password"
-    # "invalid" (wrong password, unknown or disabled user) or "throttled" (not even checked).
+    # "invalid" (wrong password or unknown user), "disabled" (right password, disabled account)
+    # or "throttled" (not even checked).
     reason: str = "invalid"
     client: str = ""
 
@@ -92,6 +124,7 @@ class WebSessionsRevoked(AuditEvent):
     name: ClassVar[str] = "web_sessions_revoked"
     username: str
     revoked: int
+    tokens_revoked: int = 0
 
     def target(self) -> str:
         return f"user:{self.username}"

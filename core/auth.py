@@ -4,8 +4,10 @@ Roles are ordered ``editor < approver < admin``; each includes the ones below it
 site admin holds ``admin`` everywhere. Every core operation takes the acting ``User`` and
 calls ``require_role`` before it touches anything.
 
-Local accounts keep an argon2id hash; failed password sign-ins are counted per typed
-username and per client in the catalog and throttled from the fifth one on. OIDC
+Local accounts keep an argon2id hash; password sign-ins are counted per typed username
+and per client in the catalog before the password is checked, and throttled from the
+fifth failure on. A site admin can disable an account (ending its browser sessions and
+API tokens), enable it again, or delete it. New passwords pass ``check_password``. OIDC
 accounts (``st.login``) are matched by email; ``sign_in_oidc`` creates the account on
 first sign-in and grants the roles that the configured group mapping derives from the
 identity provider's group claim. ``core.web_sessions`` keeps either kind signed in.
@@ -27,12 +29,25 @@ from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import ColumnElement, delete, select, update
+from sqlalchemy import ColumnElement, case, delete, func, insert, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from zxcvbn.frequency_lists import FREQUENCY_LISTS
 
 from core import audit
-from core.catalog import Catalog, MembershipRow, ProjectRow, SignInFailureRow, UserRow, WebSessionRow, utcnow
+from core.catalog import (
+    ApiTokenRow,
+    Catalog,
+    InboxRow,
+    MembershipRow,
+    ProjectRow,
+    SignInFailureRow,
+    UserRow,
+    WebSessionRow,
+    utcnow,
+)
+from core.config import get_settings
 from core.errors import (
     AlreadyExists,
     AuthenticationFailed,
@@ -44,7 +59,11 @@ from core.layout import validate_id
 
 _hasher = PasswordHasher()
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# The default of the setting OREO_PASSWORD_MIN_LENGTH; NIST SP 800-63B asks for 8 with a common-password check.
 MIN_PASSWORD_LENGTH = 8
+# Long enough for any passphrase or password manager, short enough that argon2 is not handed megabytes.
+MAX_PASSWORD_LENGTH = 1024
+DISABLED_MESSAGE = "this account is disabled; ask a site admin to enable it"
 
 
 class Role(enum.StrEnum):
@@ -101,6 +120,7 @@ class User:
     auth_source: str = "local"
     # Set when the user acts through an API token: every role check goes through it.
     scope: TokenScope | None = None
+    disabled: bool = False
 
     @property
     def label(self) -> str:
@@ -118,6 +138,7 @@ def user_from_row(row: UserRow) -> User:
         display_name=row.display_name,
         site_admin=row.site_admin,
         auth_source=row.auth_source,
+        disabled=row.disabled,
     )
 
 
@@ -129,9 +150,29 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-def _check_password(password: str) -> None:
-    if len(password) < MIN_PASSWORD_LENGTH:
-        raise InvalidInput(f"password must have at least {MIN_PASSWORD_LENGTH} characters", field="password")
+def check_password(password: str) -> None:
+    """Refuse a new password that is too short, too long, only whitespace or one of the most common ones.
+
+    The shortest length is the setting ``OREO_PASSWORD_MIN_LENGTH`` (default 8); the common
+    passwords are the 30,000 that zxcvbn ships, compared without regard to case.
+
+    Raises:
+        InvalidInput: The password breaks one of these rules (the message names which).
+    """
+    minimum = get_settings().password_min_length
+    if len(password) < minimum:
+        raise InvalidInput(f"password must have at least {minimum} characters", field="password")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise InvalidInput(f"password must have at most {MAX_PASSWORD_LENGTH} characters", field="password")
+    if not password.strip():
+        raise InvalidInput("password must not be only spaces", field="password")
+    if password.lower() in _common_passwords():
+        raise InvalidInput("password is one of the most common passwords; choose another", field="password")
+
+
+@functools.cache
+def _common_passwords() -> frozenset[str]:
+    return frozenset(FREQUENCY_LISTS["passwords"])
 
 
 def _check_email(email: str | None) -> str | None:
@@ -159,7 +200,7 @@ def create_user(
         catalog: The catalog to write to.
         username: A new id-shaped username.
         email: Optional, unique; OIDC sign-ins are matched on it.
-        password: At least 8 characters; generated when None.
+        password: Passes ``check_password``; generated when None.
         site_admin: Grant every role in every project.
         display_name: Shown in the UI.
         actor: Who creates it; must be a site admin.
@@ -168,7 +209,7 @@ def create_user(
         The user and the password (the generated one, or the one given).
 
     Raises:
-        InvalidInput: Bad username, email or password.
+        InvalidInput: Bad username, email or password (see ``check_password``).
         AlreadyExists: Username or email taken.
         PermissionDenied: ``actor`` is not a site admin.
     """
@@ -179,7 +220,7 @@ def create_user(
             f"only a site admin can create users; {actor.username!r} is not one", user=actor.username
         )
     password = password if password is not None else generate_password()
-    _check_password(password)
+    check_password(password)
     with catalog.session() as s:
         if s.scalar(select(UserRow).where(UserRow.username == username)) is not None:
             raise AlreadyExists(f"user {username!r} already exists", kind="user", ident=username)
@@ -200,20 +241,151 @@ def create_user(
 
 
 def set_password(catalog: Catalog, username: str, password: str, *, actor: User = SYSTEM) -> None:
-    """Replace a user's password (a site admin, or the user themself) and revoke their browser sessions."""
-    _check_password(password)
+    """Replace a user's password (a site admin, or the user themself) and revoke their browser sessions and API tokens.
+
+    Raises:
+        InvalidInput: The new password fails ``check_password``.
+        PermissionDenied: ``actor`` is neither a site admin nor ``username``.
+        NotFound: No such user.
+    """
+    check_password(password)
     if not actor.site_admin and actor.username != username:
         raise PermissionDenied("only a site admin can change another user's password", user=actor.username)
     with catalog.session() as s:
         row = _user_row(s, username)
         row.password_hash = hash_password(password)
-        # Whoever knew the old password may hold a browser session: a new password ends them all.
-        s.execute(
-            update(WebSessionRow)
-            .where(WebSessionRow.user_id == row.id, WebSessionRow.revoked_at.is_(None))
-            .values(revoked_at=utcnow())
+        # Whoever knew the old password may hold a browser session or have made a token: a new password ends them all.
+        _revoke_web_sessions(s, row.id, utcnow())
+        tokens = revoke_api_tokens(s, row.id, utcnow())
+        audit.record(s, audit.PasswordChanged(actor=actor.username, username=username, tokens_revoked=tokens))
+
+
+def _revoke_web_sessions(s: Session, user_id: int, now: datetime) -> int:
+    result = s.execute(
+        update(WebSessionRow)
+        .where(WebSessionRow.user_id == user_id, WebSessionRow.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def revoke_api_tokens(s: Session, user_id: int, now: datetime) -> int:
+    """Revoke, in the caller's unit of work, every API token of a user not yet revoked; how many that was."""
+    result = s.execute(
+        update(ApiTokenRow)
+        .where(ApiTokenRow.user_id == user_id, ApiTokenRow.revoked_at.is_(None))
+        .values(revoked_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+@dataclass(frozen=True)
+class AccessRevoked:
+    """What revoking, disabling or deleting an account ended: its browser sessions and its API tokens."""
+
+    username: str
+    sessions: int
+    tokens: int
+
+
+def _require_site_admin(actor: User, action: str) -> None:
+    if not actor.site_admin:
+        raise PermissionDenied(f"only a site admin can {action}; {actor.username!r} is not one", user=actor.username)
+
+
+def _refuse_last_site_admin(s: Session, row: UserRow, action: str) -> None:
+    """Someone must still be able to manage the site in the pages and the API after ``row`` goes."""
+    if not row.site_admin or row.disabled:
+        return
+    others = s.scalar(
+        select(func.count())
+        .select_from(UserRow)
+        .where(UserRow.site_admin.is_(True), UserRow.disabled.is_(False), UserRow.id != row.id)
+    )
+    if not others:
+        raise InvalidInput(
+            f"cannot {action} {row.username!r}: it is the last enabled site admin; "
+            "create another one first (oreo user add NAME --site-admin)",
+            field="username",
         )
-        audit.record(s, audit.PasswordChanged(actor=actor.username, username=username))
+
+
+def disable_user(catalog: Catalog, username: str, *, actor: User = SYSTEM) -> AccessRevoked:
+    """Disable an account: it can no longer sign in, and its browser sessions and API tokens are revoked.
+
+    Its memberships, change requests, comments and history stay; ``enable_user`` lets it sign
+    in again (with new sessions and tokens). Disabling a disabled account changes nothing.
+
+    Raises:
+        NotFound: No such user.
+        PermissionDenied: ``actor`` is not a site admin.
+        InvalidInput: It is the last enabled site admin.
+    """
+    _require_site_admin(actor, "disable accounts")
+    now = utcnow()
+    with catalog.session() as s:
+        row = _user_row(s, username)
+        _refuse_last_site_admin(s, row, "disable")
+        sessions = _revoke_web_sessions(s, row.id, now)
+        tokens = revoke_api_tokens(s, row.id, now)
+        if not row.disabled or sessions or tokens:
+            row.disabled = True
+            audit.record(
+                s,
+                audit.UserDisabled(
+                    actor=actor.username, username=username, sessions_revoked=sessions, tokens_revoked=tokens
+                ),
+            )
+        return AccessRevoked(username, sessions, tokens)
+
+
+def enable_user(catalog: Catalog, username: str, *, actor: User = SYSTEM) -> User:
+    """Let a disabled account sign in again (its revoked sessions and tokens stay revoked).
+
+    Raises:
+        NotFound: No such user.
+        PermissionDenied: ``actor`` is not a site admin.
+    """
+    _require_site_admin(actor, "enable accounts")
+    with catalog.session() as s:
+        row = _user_row(s, username)
+        if row.disabled:
+            row.disabled = False
+            # Failures counted while it was disabled should not hold back its first sign-in.
+            s.execute(delete(SignInFailureRow).where(*_is_key(*_throttle_keys(username, None)[0])))
+            audit.record(s, audit.UserEnabled(actor=actor.username, username=username))
+        return user_from_row(row)
+
+
+def delete_user(catalog: Catalog, username: str, *, actor: User = SYSTEM) -> AccessRevoked:
+    """Delete an account for good, with its memberships, browser sessions, API tokens and inbox.
+
+    What it did stays readable: change requests, comments, history and the audit log keep
+    its username as text. The username can be given to a new account later; prefer
+    ``disable_user`` to stop someone while keeping the account.
+
+    Raises:
+        NotFound: No such user.
+        PermissionDenied: ``actor`` is not a site admin.
+        InvalidInput: It is the last enabled site admin.
+    """
+    _require_site_admin(actor, "delete accounts")
+    now = utcnow()
+    with catalog.session() as s:
+        row = _user_row(s, username)
+        _refuse_last_site_admin(s, row, "delete")
+        sessions = _revoke_web_sessions(s, row.id, now)
+        tokens = revoke_api_tokens(s, row.id, now)
+        # Explicit rather than through ON DELETE CASCADE, which SQLite only honours with its foreign_keys pragma.
+        for table in (MembershipRow, WebSessionRow, ApiTokenRow):
+            s.execute(delete(table).where(table.user_id == row.id).execution_options(synchronize_session=False))
+        s.execute(delete(InboxRow).where(InboxRow.username == username).execution_options(synchronize_session=False))
+        s.execute(delete(SignInFailureRow).where(*_is_key(*_throttle_keys(username, None)[0])))
+        audit.record(s, audit.UserDeleted(actor=actor.username, username=username, email=row.email))
+        s.delete(row)
+        return AccessRevoked(username, sessions, tokens)
 
 
 def _user_row(s: Session, username: str) -> UserRow:
@@ -241,11 +413,13 @@ def list_users(catalog: Catalog) -> list[User]:
 def authenticate(catalog: Catalog, username: str, password: str, *, client: str | None = None) -> User:
     """Check a local password and return the user.
 
-    Failures are counted per typed username and per client. From the fifth failure on,
-    either counter blocks further attempts for ``30 s * 2**(failures - 5)`` (at most 15
-    minutes), without even checking the password; counters are forgotten after an hour
-    without failures, and a successful sign-in clears the username's. Unknown usernames
-    are counted, checked against a dummy hash and refused exactly like known ones.
+    Attempts are counted per typed username and per client before the password is checked
+    (``_reserve_attempt``), so attempts racing in many processes cannot all reach the check.
+    From the fifth counted attempt on, either counter blocks further attempts for
+    ``30 s * 2**(failures - 5)`` (at most 15 minutes), without checking the password;
+    counters are forgotten after an hour without attempts, and a successful sign-in clears
+    the username's and takes its attempt back from the client's. Unknown usernames are
+    counted, checked against a dummy hash and refused exactly like known ones.
 
     Args:
         catalog: The catalog holding the accounts.
@@ -254,49 +428,130 @@ def authenticate(catalog: Catalog, username: str, password: str, *, client: str 
         client: The client's address (the browser's IP), or None when it is not known.
 
     Raises:
-        AuthenticationFailed: Unknown user, wrong password, disabled account, or too many
-            failures; the message never reveals which usernames exist.
+        AuthenticationFailed: Unknown user, wrong password, too many failures (the message
+            never reveals which usernames exist), or a disabled account (said only to whoever
+            typed its right password).
     """
-    for attempt in (1, 2):
-        try:
-            user, wait = _sign_in_once(catalog, username, password, client)
-            break
-        except IntegrityError:
-            # Two first failures for one key at once both insert its counter; the retry finds it.
-            if attempt == 2:
-                raise
-    if user is not None:
-        return user
-    if wait:
-        raise AuthenticationFailed(f"too many failed sign-ins; wait {_spell_seconds(wait)} and try again")
-    raise AuthenticationFailed("invalid username or password")
-
-
-def _sign_in_once(catalog: Catalog, username: str, password: str, client: str | None) -> tuple[User | None, float]:
-    """One attempt in one transaction: the user, or None and the seconds still blocked (0: a plain failure)."""
-    now = utcnow()
     keys = _throttle_keys(username, client)
     who = str(username)[:63] or "?"
-    with catalog.session() as s:
-        wait = _blocked_for(s, keys, now)
-        if wait:
+    try:
+        _reserve_attempt(catalog, keys, utcnow())
+    except _Throttled as blocked:
+        with catalog.session() as s:
             audit.record(s, audit.SignInFailed(actor=who, reason="throttled", client=client or ""))
-            return None, wait
+        raise AuthenticationFailed(
+            f"too many failed sign-ins; wait {_spell_seconds(blocked.wait)} and try again"
+        ) from None
+    with catalog.session() as s:
         row = s.scalar(select(UserRow).where(UserRow.username == username))
-        if _password_matches(row, password) and row is not None:
-            if _hasher.check_needs_rehash(row.password_hash or ""):
-                row.password_hash = hash_password(password)
-            row.last_login_at = now
-            s.execute(delete(SignInFailureRow).where(*_is_key(*keys[0])))
-            audit.record(s, audit.SignedIn(actor=row.username))
-            return user_from_row(row), 0.0
+    # The argon2 check runs outside any transaction: it takes long, and the attempt is already counted.
+    if not _password_matches(row, password) or row is None:
+        _record_failure(catalog, who, client, "invalid")
+        raise AuthenticationFailed("invalid username or password")
+    if row.disabled:
+        _record_failure(catalog, who, client, "disabled")
+        raise AuthenticationFailed(DISABLED_MESSAGE)
+    return _signed_in(catalog, row.id, password, keys)
+
+
+class _Throttled(Exception):
+    """Raised inside the reservation's unit of work, so that nothing of it is kept."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(wait)
+        self.wait = wait
+
+
+def _reserve_attempt(catalog: Catalog, keys: list[tuple[str, str]], now: datetime) -> None:
+    """Count one attempt against every key, or raise ``_Throttled`` and count none.
+
+    Each key's check and count is one UPDATE under that row's write lock, and the unit of work
+    commits before the password is checked: of any number of racing attempts (threads or
+    processes sharing the catalog), only as many as the limit get past a key.
+    """
+    with catalog.session() as s:
+        blocked: list[tuple[str, str]] = []
         for kind, key in keys:
-            _count_failure(s, kind, key, now)
-        audit.record(s, audit.SignInFailed(actor=who, client=client or ""))
-        return None, 0.0
+            _ensure_counter(s, kind, key, now)
+            failures = s.scalar(
+                update(SignInFailureRow)
+                .where(
+                    *_is_key(kind, key),
+                    or_(SignInFailureRow.blocked_until.is_(None), SignInFailureRow.blocked_until <= now),
+                )
+                .values(
+                    failures=case(
+                        (SignInFailureRow.last_failure_at < now - THROTTLE_FORGET, 1),
+                        else_=SignInFailureRow.failures + 1,
+                    ),
+                    last_failure_at=now,
+                )
+                .returning(SignInFailureRow.failures)
+                .execution_options(synchronize_session=False)
+            )
+            if failures is None:
+                blocked.append((kind, key))
+            elif failures >= THROTTLE_AFTER:
+                delay = min(THROTTLE_BASE * 2 ** (failures - THROTTLE_AFTER), THROTTLE_MAX)
+                s.execute(
+                    update(SignInFailureRow)
+                    .where(*_is_key(kind, key))
+                    .values(blocked_until=now + delay)
+                    .execution_options(synchronize_session=False)
+                )
+        if blocked:
+            raise _Throttled(_blocked_for(s, blocked, now))
 
 
-# Throttling: failures are counted per typed username and per client, in the catalog, so the
+def _ensure_counter(s: Session, kind: str, key: str, now: datetime) -> None:
+    """Insert the key's counter at zero unless another attempt already did (in any process)."""
+    values = {"kind": kind, "key": key, "failures": 0, "last_failure_at": now}
+    dialect = s.get_bind().dialect.name
+    if dialect == "postgresql":
+        s.execute(postgresql.insert(SignInFailureRow).values(**values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        s.execute(sqlite.insert(SignInFailureRow).values(**values).on_conflict_do_nothing())
+    else:
+        try:
+            with s.begin_nested():
+                s.execute(insert(SignInFailureRow).values(**values))
+        except IntegrityError:
+            pass  # another attempt inserted it first
+
+
+def _record_failure(catalog: Catalog, who: str, client: str | None, reason: str) -> None:
+    with catalog.session() as s:
+        audit.record(s, audit.SignInFailed(actor=who, reason=reason, client=client or ""))
+
+
+def _signed_in(catalog: Catalog, user_id: int, password: str, keys: list[tuple[str, str]]) -> User:
+    """Record a successful sign-in: clear the username's counter and take this attempt back from the client's."""
+    (user_kind, user_key), (client_kind, client_key) = keys
+    with catalog.session() as s:
+        row = s.get(UserRow, user_id)
+        if row is None or row.disabled:
+            # Deleted or disabled while its password was being checked.
+            raise AuthenticationFailed("invalid username or password" if row is None else DISABLED_MESSAGE)
+        if _hasher.check_needs_rehash(row.password_hash or ""):
+            row.password_hash = hash_password(password)
+        row.last_login_at = utcnow()
+        s.execute(delete(SignInFailureRow).where(*_is_key(user_kind, user_key)))
+        failures = SignInFailureRow.failures
+        s.execute(
+            update(SignInFailureRow)
+            .where(*_is_key(client_kind, client_key), failures > 0)
+            .values(
+                failures=failures - 1,
+                # Blocked only by this attempt's own count: a good password must not lock its client out.
+                blocked_until=case((failures - 1 < THROTTLE_AFTER, None), else_=SignInFailureRow.blocked_until),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        audit.record(s, audit.SignedIn(actor=row.username))
+        return user_from_row(row)
+
+
+# Throttling: attempts are counted per typed username and per client, in the catalog, so the
 # counts survive restarts and hold across every app process that shares the catalog.
 THROTTLE_AFTER = 5
 THROTTLE_BASE = timedelta(seconds=30)
@@ -310,8 +565,8 @@ def _dummy_hash() -> str:
 
 
 def _password_matches(row: UserRow | None, password: str) -> bool:
-    """Verify ``password``; an unknown, disabled or password-less account costs the same argon2 work."""
-    usable = row is not None and bool(row.password_hash) and not row.disabled
+    """Verify ``password``; an unknown or password-less account costs the same argon2 work."""
+    usable = row is not None and bool(row.password_hash)
     stored = row.password_hash if usable and row is not None and row.password_hash else _dummy_hash()
     try:
         return _hasher.verify(stored, password) and usable
@@ -331,23 +586,10 @@ def _blocked_for(s: Session, keys: list[tuple[str, str]], now: datetime) -> floa
     """Seconds until every counter in ``keys`` allows another attempt (0: allowed now)."""
     wait = 0.0
     for kind, key in keys:
-        row = s.get(SignInFailureRow, (kind, key))
-        if row is not None and row.blocked_until is not None and row.blocked_until > now:
-            wait = max(wait, (row.blocked_until - now).total_seconds())
+        until = s.scalar(select(SignInFailureRow.blocked_until).where(*_is_key(kind, key)))
+        if until is not None and until > now:
+            wait = max(wait, (until - now).total_seconds())
     return wait
-
-
-def _count_failure(s: Session, kind: str, key: str, now: datetime) -> None:
-    row = s.get(SignInFailureRow, (kind, key), with_for_update=True)
-    if row is None:
-        row = SignInFailureRow(kind=kind, key=key, failures=0, last_failure_at=now)
-        s.add(row)
-    elif now - row.last_failure_at > THROTTLE_FORGET:
-        row.failures = 0
-    row.failures += 1
-    row.last_failure_at = now
-    if row.failures >= THROTTLE_AFTER:
-        row.blocked_until = now + min(THROTTLE_BASE * 2 ** (row.failures - THROTTLE_AFTER), THROTTLE_MAX)
 
 
 def _spell_seconds(seconds: float) -> str:
@@ -430,7 +672,7 @@ def sign_in_oidc(
             s.flush()
             audit.record(s, audit.UserCreated(actor=row.username, username=row.username, auth_source="oidc"))
         if row.disabled:
-            raise AuthenticationFailed("this account is disabled")
+            raise AuthenticationFailed(DISABLED_MESSAGE)
         if grants.get("*") == Role.ADMIN and not row.site_admin:
             row.site_admin = True
         for project_id, role in grants.items():

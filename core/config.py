@@ -33,6 +33,13 @@ def _positive(name: str, default: int) -> int:
     return value
 
 
+def _between(name: str, default: int, low: int, high: int) -> int:
+    value = _int(name, default)
+    if not low <= value <= high:
+        raise InvalidInput(f"setting {name} must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     raw = (os.environ.get(name) or default).strip().lower()
     if raw not in choices:
@@ -83,6 +90,10 @@ class Settings:
     session_ttl_hours: int = 72
     web_session_idle_hours: int = 12
     web_session_max_days: int = 7
+    # Accounts (core.auth, core.tokens): the shortest password accepted; API tokens' lifetime when none is given
+    # (0: they do not expire unless asked).
+    password_min_length: int = 8
+    token_default_days: int = 90
     import_ttl_hours: int = 24
     # Folders a site admin may import from by server path over the API (core.import_folders); none: uploads only.
     import_folders: tuple[Path, ...] = ()
@@ -130,6 +141,8 @@ class Settings:
             session_ttl_hours=_int("OREO_SESSION_TTL_HOURS", 72),
             web_session_idle_hours=_int("OREO_SESSION_IDLE_HOURS", 12),
             web_session_max_days=_int("OREO_SESSION_MAX_DAYS", 7),
+            password_min_length=_positive("OREO_PASSWORD_MIN_LENGTH", 8),
+            token_default_days=_between("OREO_TOKEN_DEFAULT_DAYS", 90, 0, 3650),
             import_ttl_hours=_int("OREO_IMPORT_TTL_HOURS", 24),
             import_folders=_folders("OREO_IMPORT_FOLDERS"),
             restore_window_days=_int("OREO_RESTORE_WINDOW_DAYS", 90),

@@ -22,8 +22,9 @@ from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatc
 from sqlalchemy import select
 
 from core import audit
-from core.auth import SYSTEM, Role, TokenScope, User, role_in, user_from_row
+from core.auth import DISABLED_MESSAGE, SYSTEM, Role, TokenScope, User, role_in, user_from_row
 from core.catalog import ApiTokenRow, Catalog, ProjectRow, UserRow, utcnow
+from core.config import get_settings
 from core.errors import AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
 
 PREFIX = "oreo_"
@@ -31,6 +32,8 @@ _SHAPE = re.compile(r"oreo_([0-9a-f]{16})_([A-Za-z0-9_-]{20,200})")
 _hasher = PasswordHasher()
 # A token's last use is written at most this often (not on every request).
 _TOUCH_EVERY = timedelta(minutes=1)
+# Ten years: a longer life is a typo, and beyond some millions of days the date itself overflows.
+MAX_EXPIRES_DAYS = 3650
 
 
 @dataclass(frozen=True)
@@ -108,17 +111,24 @@ def create_token(
         username: Whose token it is.
         project_id: Only this project (the user must hold a role in it).
         role: At most this role (editor, approver or admin).
-        expires_days: Valid this many days (default: until revoked).
+        expires_days: Valid this many days, at most ``MAX_EXPIRES_DAYS`` (default: the setting
+            ``OREO_TOKEN_DEFAULT_DAYS``, 90; when that is 0, until revoked).
         actor: A site admin, or the user themself.
 
     Raises:
         NotFound: Unknown user or project.
-        InvalidInput: A bad role, a non-positive expiry, or a project the user is no member of.
+        InvalidInput: A bad role, an expiry out of range, or a project the user is no member of.
         PermissionDenied: ``actor`` may not create tokens for ``username``.
     """
     scope_role = Role.parse(role) if role is not None else None
+    if expires_days is None:
+        expires_days = get_settings().token_default_days or None
     if expires_days is not None and expires_days <= 0:
         raise InvalidInput(f"--expires-days must be at least 1, got {expires_days}", field="expires_days")
+    if expires_days is not None and expires_days > MAX_EXPIRES_DAYS:
+        raise InvalidInput(
+            f"--expires-days must be at most {MAX_EXPIRES_DAYS} (ten years), got {expires_days}", field="expires_days"
+        )
     if not actor.site_admin and actor.username != username:
         raise PermissionDenied(
             f"only a site admin can create tokens for another user; {actor.username!r} is not one", user=actor.username
@@ -238,7 +248,7 @@ def authenticate_token(catalog: Catalog, text: str) -> User:
         if row.expires_at is not None and row.expires_at <= now:
             raise AuthenticationFailed(f"API token {token_id} expired; create a new one")
         if user_row.disabled:
-            raise AuthenticationFailed("this account is disabled")
+            raise AuthenticationFailed(DISABLED_MESSAGE)
         if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
             row.last_used_at = now
         scope = TokenScope(

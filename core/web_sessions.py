@@ -4,7 +4,7 @@ A sign-in (password or OIDC) starts a session: the browser keeps only an opaque 
 token in a cookie, and the catalog keeps the token's SHA-256 with the user, the sign-in
 method, the client and three clocks. A token is honoured while it is
 
-- not revoked (sign-out, ``revoke_user_sessions`` or a password reset revoke it),
+- not revoked (sign-out, ``revoke_user_access``, a password reset or disabling the account revoke it),
 - used within the idle timeout (``OREO_SESSION_IDLE_HOURS``, default 12), and
 - younger than the absolute lifetime (``OREO_SESSION_MAX_DAYS``, default 7).
 
@@ -25,7 +25,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from core import audit
-from core.auth import SYSTEM, User, user_from_row
+from core.auth import SYSTEM, AccessRevoked, User, revoke_api_tokens, user_from_row
 from core.catalog import Catalog, UserRow, WebSessionRow, utcnow
 from core.config import get_settings
 from core.errors import InvalidInput, NotFound, PermissionDenied
@@ -230,10 +230,22 @@ def list_web_sessions(catalog: Catalog, username: str, *, actor: User = SYSTEM) 
 
 
 def revoke_user_sessions(catalog: Catalog, username: str, *, actor: User = SYSTEM) -> int:
-    """Revoke every active session of a user (site admins only); their next page load asks for sign-in.
+    """Revoke every active session and API token of a user (site admins only); see ``revoke_user_access``.
 
     Returns:
         How many sessions were active and are now revoked.
+    """
+    return revoke_user_access(catalog, username, actor=actor).sessions
+
+
+def revoke_user_access(catalog: Catalog, username: str, *, actor: User = SYSTEM) -> AccessRevoked:
+    """Revoke every active browser session and every API token of a user (site admins only).
+
+    Their next page load asks for sign-in, and their tokens answer 401; the password and
+    the account stay as they are.
+
+    Returns:
+        How many sessions were active and how many tokens were not yet revoked.
 
     Raises:
         NotFound: No such user.
@@ -252,5 +264,11 @@ def revoke_user_sessions(catalog: Catalog, username: str, *, actor: User = SYSTE
         active = [row for row in rows if _state(row, now) == "active"]
         for row in active:
             row.revoked_at = now
-        audit.record(s, audit.WebSessionsRevoked(actor=actor.username, username=username, revoked=len(active)))
-        return len(active)
+        tokens = revoke_api_tokens(s, user.id, now)
+        audit.record(
+            s,
+            audit.WebSessionsRevoked(
+                actor=actor.username, username=username, revoked=len(active), tokens_revoked=tokens
+            ),
+        )
+        return AccessRevoked(username, len(active), tokens)

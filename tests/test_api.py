@@ -88,10 +88,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     projects.create_project(catalog, "demo")
     projects.create_project(catalog, "other")
     for name, role in (("ed", "editor"), ("ap", "approver"), ("boss", "admin")):
-        auth.create_user(catalog, name, password="password123")
+        auth.create_user(catalog, name, password="not-a-common-password")
         auth.add_member(catalog, "demo", name, role)
     auth.add_member(catalog, "other", "ed", "editor")
-    auth.create_user(catalog, "site", password="password123", site_admin=True)
+    auth.create_user(catalog, "site", password="not-a-common-password", site_admin=True)
     minted = {name: tokens.create_token(catalog, name).secret for name in ("ed", "ap", "boss", "site")}
     port = _free_port()
     log = (base / "server.log").open("wb")
@@ -465,7 +465,7 @@ def _staged_and_uploaded(server: Server, project: str, dataset: str) -> list[str
 def test_nobody_imports_a_server_file_outside_the_import_folders(server: Server) -> None:
     """Issue 25 §1: p2's admin named demo's kept upload by path and read demo's rows back."""
     projects.create_project(server.catalog, "p2")
-    auth.create_user(server.catalog, "p2boss", password="password123")
+    auth.create_user(server.catalog, "p2boss", password="not-a-common-password")
     auth.add_member(server.catalog, "p2", "p2boss", "admin")
     server.tokens["p2boss"] = server.token("p2boss")
     files = []
@@ -588,7 +588,7 @@ def test_token_scopes_narrow_and_never_raise(server: Server, people: str) -> Non
 
 
 def test_a_site_admin_creates_a_project_and_nobody_else_can(server: Server) -> None:
-    auth.create_user(server.catalog, "root", password="password123", site_admin=True)
+    auth.create_user(server.catalog, "root", password="not-a-common-password", site_admin=True)
     root = server.token("root")
     made = httpx.post(f"{server.url}/api/v1/projects", headers=_bearer(root), json={"id": "sales", "name": "Sales"})
     assert made.status_code == 201, made.text
@@ -675,7 +675,7 @@ def test_every_error_status_has_the_one_shape(server: Server, people: str) -> No
 
 def test_a_refused_first_edit_creates_no_session(server: Server, people: str) -> None:
     """A value core refuses answers 400 naming it and starts nothing: no session folder, no catalog row."""
-    auth.create_user(server.catalog, "typo", password="password123")  # an editor with no session yet
+    auth.create_user(server.catalog, "typo", password="not-a-common-password")  # an editor with no session yet
     auth.add_member(server.catalog, "demo", "typo", "editor")
     token = server.token("typo")
     live = dataset_layout(server.data_root, "demo", people).live_edit_root

@@ -21,7 +21,7 @@ def test_without_import_folders_no_one_imports_by_server_path(
     catalog: Catalog, data_root: Path, tmp_path: Path, site_admin: bool
 ) -> None:
     projects.create_project(catalog, "p2")
-    auth.create_user(catalog, "someone", password="password123", site_admin=site_admin)
+    auth.create_user(catalog, "someone", password="not-a-common-password", site_admin=site_admin)
     auth.add_member(catalog, "p2", "someone", "admin")
     secret = tmp_path / "raw.csv"
     secret.write_text("email,name\nalice@example.com,Alice\n")

@@ -17,7 +17,7 @@ from core.errors import ConflictError, NotFound
 
 @pytest.fixture
 def ed(catalog: Catalog) -> auth.User:
-    user, _ = auth.create_user(catalog, "ed", password="password123")
+    user, _ = auth.create_user(catalog, "ed", password="not-a-common-password")
     return user
 
 
@@ -60,7 +60,7 @@ def test_an_operation_whose_process_died_is_reported_failed(
 
 def test_someone_else_cannot_see_the_operation(catalog: Catalog, ed: auth.User) -> None:
     op_id = _running(catalog, ed, beat_ago=timedelta(seconds=1))
-    other, _ = auth.create_user(catalog, "ap", password="password123")
+    other, _ = auth.create_user(catalog, "ap", password="not-a-common-password")
     with pytest.raises(NotFound, match="unknown operation"):
         jobs.operation_document(catalog, op_id, other)
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 from argon2 import PasswordHasher
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
-from core import auth
+from core import auth, tokens, web_sessions
 from core.audit import list_events
 from core.auth import SYSTEM, Role, User
 from core.catalog import Catalog, MembershipRow, SignInFailureRow, UserRow, utcnow
+from core.config import get_settings
 from core.errors import AlreadyExists, AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
 from core.projects import create_project
 
@@ -150,8 +152,146 @@ def test_disabled_account_cannot_sign_in(catalog: Catalog) -> None:
     _, password = auth.create_user(catalog, "alice")
     with catalog.session() as s:
         s.scalars(select(UserRow).where(UserRow.username == "alice")).one().disabled = True
-    with pytest.raises(AuthenticationFailed, match="invalid username or password"):
+    # Only whoever knows the password learns that the account is disabled.
+    with pytest.raises(AuthenticationFailed, match=r"^this account is disabled; ask a site admin to enable it$"):
         auth.authenticate(catalog, "alice", password)
+    with pytest.raises(AuthenticationFailed, match=r"^invalid username or password$"):
+        auth.authenticate(catalog, "alice", password + "x")
+    assert [e.details["reason"] for e in list_events(catalog, name="sign_in_failed")] == ["invalid", "disabled"]
+    assert list_events(catalog, name="signed_in") == []
+
+
+# ---------------------------------------------------------------- password policy
+
+
+@pytest.mark.parametrize(
+    ("password", "message"),
+    [
+        ("seven77", "at least 8 characters"),
+        ("x" * 1025, "at most 1024 characters"),
+        (" " * 12, "must not be only spaces"),
+        ("\t \n  \t  \n", "must not be only spaces"),
+        ("password123", "one of the most common passwords"),
+        ("Qwertyuiop", "one of the most common passwords"),
+        ("iloveyou", "one of the most common passwords"),
+    ],
+)
+def test_the_password_policy_refuses_weak_passwords(catalog: Catalog, password: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        auth.create_user(catalog, "alice", password=password)
+    assert auth.list_users(catalog) == []
+    auth.create_user(catalog, "bob", password="bob-password-1")
+    with pytest.raises(InvalidInput, match=message):
+        auth.set_password(catalog, "bob", password)
+    assert auth.authenticate(catalog, "bob", "bob-password-1").username == "bob"
+
+
+def test_the_password_policy_accepts_long_and_generated_passwords(catalog: Catalog) -> None:
+    auth.create_user(catalog, "alice", password="x" * 1000 + " correct horse")
+    auth.create_user(catalog, "bob", password=auth.generate_password())
+    assert [u.username for u in auth.list_users(catalog)] == ["alice", "bob"]
+
+
+def test_the_shortest_password_is_a_setting(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OREO_PASSWORD_MIN_LENGTH", "16")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(InvalidInput, match="at least 16 characters"):
+            auth.create_user(catalog, "alice", password="fifteen-chars-x")
+        auth.create_user(catalog, "alice", password="sixteen-chars-xy")
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+# ---------------------------------------------------------------- disabling and deleting accounts
+
+
+def test_disabling_ends_sessions_and_tokens_and_enabling_lets_the_user_back(catalog: Catalog) -> None:
+    alice, password = auth.create_user(catalog, "alice")
+    cookie = web_sessions.start_web_session(catalog, alice, "password")
+    token = tokens.create_token(catalog, "alice")
+
+    revoked = auth.disable_user(catalog, "alice")
+    assert (revoked.sessions, revoked.tokens) == (1, 1)
+    assert web_sessions.resume_web_session(catalog, cookie) is None
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        tokens.authenticate_token(catalog, token.secret)
+    with pytest.raises(AuthenticationFailed, match="this account is disabled"):
+        auth.authenticate(catalog, "alice", password)
+    assert auth.get_user(catalog, "alice").disabled
+    assert auth.disable_user(catalog, "alice") == auth.AccessRevoked("alice", 0, 0)  # nothing left to end
+
+    auth.enable_user(catalog, "alice")
+    assert auth.authenticate(catalog, "alice", password).username == "alice"
+    assert web_sessions.resume_web_session(catalog, cookie) is None  # what was revoked stays revoked
+    events = [(e.name, e.actor, e.target) for e in list_events(catalog) if e.name in ("user_disabled", "user_enabled")]
+    assert sorted(events) == [("user_disabled", "system", "user:alice"), ("user_enabled", "system", "user:alice")]
+
+
+def test_a_disabled_user_cannot_sign_in_with_sso(catalog: Catalog) -> None:
+    auth.create_user(catalog, "alice", email="alice@example.com")
+    auth.disable_user(catalog, "alice")
+    with pytest.raises(AuthenticationFailed, match="this account is disabled; ask a site admin"):
+        auth.sign_in_oidc(catalog, email="alice@example.com")
+
+
+@pytest.mark.parametrize("action", [auth.disable_user, auth.enable_user, auth.delete_user])
+def test_only_site_admins_manage_accounts(catalog: Catalog, action) -> None:  # type: ignore[no-untyped-def]
+    auth.create_user(catalog, "alice")
+    bob, _ = auth.create_user(catalog, "bob")
+    with pytest.raises(PermissionDenied, match=r"only a site admin can (disable|enable|delete) accounts; 'bob'"):
+        action(catalog, "alice", actor=bob)
+    with pytest.raises(NotFound, match="unknown user 'ghost'"):
+        action(catalog, "ghost")
+    assert not auth.get_user(catalog, "alice").disabled
+
+
+@pytest.mark.parametrize("action", [auth.disable_user, auth.delete_user])
+def test_the_last_site_admin_stays(catalog: Catalog, action) -> None:  # type: ignore[no-untyped-def]
+    root, _ = auth.create_user(catalog, "root", site_admin=True)
+    with pytest.raises(InvalidInput, match="'root': it is the last enabled site admin"):
+        action(catalog, "root")
+    assert auth.get_user(catalog, "root") == root
+    auth.create_user(catalog, "root2", site_admin=True)
+    action(catalog, "root", actor=root)  # another one is left: allowed, even for themself
+    with pytest.raises(InvalidInput, match="last enabled site admin"):
+        action(catalog, "root2")
+
+
+def test_deleting_keeps_what_the_user_did_readable(demo: Catalog) -> None:
+    editor = auth.get_user(demo, "editor")
+    cookie = web_sessions.start_web_session(demo, editor, "password")
+    token = tokens.create_token(demo, "editor")
+    root, _ = auth.create_user(demo, "root", site_admin=True)
+
+    assert auth.delete_user(demo, "editor", actor=root) == auth.AccessRevoked("editor", 1, 1)
+    with pytest.raises(NotFound, match="unknown user 'editor'"):
+        auth.get_user(demo, "editor")
+    assert web_sessions.resume_web_session(demo, cookie) is None
+    with pytest.raises(AuthenticationFailed):
+        tokens.authenticate_token(demo, token.secret)
+    with pytest.raises(AuthenticationFailed, match="invalid username or password"):
+        auth.authenticate(demo, "editor", "editor-password")
+    with demo.session() as s:
+        assert s.scalar(select(MembershipRow).where(MembershipRow.user_id == editor.id)) is None
+    # The audit log still names the account, what it did and who deleted it.
+    assert [e.target for e in list_events(demo, name="user_created") if e.details["username"] == "editor"]
+    [deleted] = list_events(demo, name="user_deleted")
+    assert (deleted.actor, deleted.target, deleted.details["email"]) == ("root", "user:editor", "editor@example.com")
+    auth.create_user(demo, "editor", email="editor@example.com")  # the name and email are free again
+
+
+def test_a_new_password_ends_sessions_and_tokens(catalog: Catalog) -> None:
+    alice, _ = auth.create_user(catalog, "alice")
+    cookie = web_sessions.start_web_session(catalog, alice, "password")
+    token = tokens.create_token(catalog, "alice")
+    auth.set_password(catalog, "alice", "a-brand-new-password")
+    assert web_sessions.resume_web_session(catalog, cookie) is None
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        tokens.authenticate_token(catalog, token.secret)
+    [event] = list_events(catalog, name="password_changed")
+    assert event.details["tokens_revoked"] == 1
 
 
 # ---------------------------------------------------------------- roles
@@ -446,21 +586,75 @@ def test_unknown_users_cost_a_password_check_too(catalog: Catalog, monkeypatch: 
     assert len(checked) == 2 and all(h.startswith("$argon2id$") for h in checked)
 
 
-def test_two_first_failures_at_once_both_count(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another process inserts the same new counter mid-attempt: the attempt is retried, not lost or crashed."""
-    count_failure = auth._count_failure
-    raced: list[str] = []
-
-    def racing(s: Session, kind: str, key: str, now: datetime) -> None:
-        count_failure(s, kind, key, now)  # this attempt's new row, not yet written
-        if not raced:
-            raced.append(key)
-            with catalog.session() as other:
-                other.add(SignInFailureRow(kind=kind, key=key, failures=1, last_failure_at=now))
-
-    monkeypatch.setattr(auth, "_count_failure", racing)
+def test_two_first_failures_at_once_both_count(catalog: Catalog) -> None:
+    """Two first attempts for one key in two processes both count: the counter is inserted once, then raised."""
+    now = utcnow()
+    with catalog.session() as other:  # another process inserted the counter between our two statements
+        auth._ensure_counter(other, "user", "alice", now)
+        other.execute(update(SignInFailureRow).values(failures=1))
     _fail(catalog, "alice")
-    assert raced == ["alice"]
     assert _failure_row(catalog, "user", "alice").failures == 2
     assert _failure_row(catalog, "client", "10.0.0.1").failures == 1
     assert len(list_events(catalog, name="sign_in_failed")) == 1
+
+
+class _CountingHasher(PasswordHasher):
+    """Counts argon2 checks, from any thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checked = 0
+        self._lock = threading.Lock()
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> bool:
+        with self._lock:
+            self.checked += 1
+        return super().verify(hash, password)
+
+
+def _sign_in_at_once(url: str, attempts: int, username: str, password: str) -> list[str]:
+    """``attempts`` sign-ins started together, each on its own engine (as separate processes would be)."""
+    start = threading.Barrier(attempts)
+
+    def attempt(client: str) -> str:
+        own = Catalog(url)
+        try:
+            start.wait(timeout=60)
+            auth.authenticate(own, username, password, client=client)
+            return "signed in"
+        except AuthenticationFailed as exc:
+            return str(exc)
+        finally:
+            own.engine.dispose()
+
+    with ThreadPoolExecutor(max_workers=attempts) as pool:
+        return list(pool.map(attempt, [f"10.1.0.{n}" for n in range(attempts)]))
+
+
+@pytest.mark.parametrize("username", ["alice", "nobody"], ids=["known-user", "unknown-user"])
+def test_concurrent_wrong_passwords_get_at_most_the_limit_of_checks(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, username: str
+) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    hasher = _CountingHasher()
+    monkeypatch.setattr(auth, "_hasher", hasher)
+
+    answers = _sign_in_at_once(catalog.url, 30, username, "wrong-password")
+
+    assert hasher.checked == auth.THROTTLE_AFTER
+    assert answers.count("invalid username or password") == auth.THROTTLE_AFTER
+    assert sum(a.startswith("too many failed sign-ins") for a in answers) == 30 - auth.THROTTLE_AFTER
+    assert _failure_row(catalog, "user", username).failures == auth.THROTTLE_AFTER
+    assert _failure_row(catalog, "user", username).blocked_until is not None
+
+
+def test_concurrent_right_passwords_leave_nobody_blocked(catalog: Catalog) -> None:
+    auth.create_user(catalog, "alice", password="alice-password")
+    answers = _sign_in_at_once(catalog.url, 8, "alice", "alice-password")
+    # Each is counted before its check (so a few may be told to wait); those that got in take their count back.
+    assert "signed in" in answers
+    with catalog.session() as s:
+        left = [(r.kind, r.key, r.failures, r.blocked_until) for r in s.scalars(select(SignInFailureRow))]
+    assert all(failures == 0 and until is None for kind, _, failures, until in left if kind == "client"), left
+    assert ("user", "alice") not in {(kind, key) for kind, key, _, _ in left}
+    assert auth.authenticate(catalog, "alice", "alice-password", client="10.1.0.0").username == "alice"

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+from argon2 import PasswordHasher
 from sqlalchemy import inspect
 
 from core import auth, projects
 from core.audit import list_events
-from core.catalog import open_catalog, reset_catalogs
+from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
 from core.errors import AlreadyExists, AuthenticationFailed
 
@@ -69,3 +73,42 @@ def test_web_sessions_and_sign_in_throttling_on_postgres(postgres_url: str, monk
             auth.authenticate(catalog, "pgsessions", "wrong-password", client="10.9.9.9")
     with pytest.raises(AuthenticationFailed, match="too many failed sign-ins"):
         auth.authenticate(catalog, "pgsessions", password, client="10.9.9.8")
+
+
+def test_concurrent_wrong_passwords_reach_the_hash_at_most_five_times_on_postgres(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count-then-check reservation holds under PostgreSQL's row locks too."""
+    monkeypatch.setenv("OREO_DATABASE_URL", postgres_url)
+    get_settings.cache_clear()
+    reset_catalogs()
+    catalog = open_catalog()
+    auth.create_user(catalog, "pgrace", password="pgrace-password")
+    checked: list[int] = []
+    lock = threading.Lock()
+
+    class CountingHasher(PasswordHasher):
+        def verify(self, hash: str | bytes, password: str | bytes) -> bool:
+            with lock:
+                checked.append(1)
+            return super().verify(hash, password)
+
+    monkeypatch.setattr(auth, "_hasher", CountingHasher())
+    start = threading.Barrier(12)
+
+    def attempt(n: int) -> str:
+        own = Catalog(postgres_url)
+        try:
+            start.wait(timeout=60)
+            auth.authenticate(own, "pgrace", "wrong-password", client=f"10.7.0.{n}")
+            return "signed in"
+        except AuthenticationFailed as exc:
+            return str(exc)
+        finally:
+            own.engine.dispose()
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(attempt, range(12)))
+    assert len(checked) == auth.THROTTLE_AFTER
+    assert answers.count("invalid username or password") == auth.THROTTLE_AFTER
+    assert sum(a.startswith("too many failed sign-ins") for a in answers) == 12 - auth.THROTTLE_AFTER

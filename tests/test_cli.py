@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cli import main as cli
-from core import auth, datasets, engine, reads, sessions
+from core import auth, datasets, engine, reads, sessions, tokens
 from core.audit import list_events
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -128,6 +128,72 @@ def test_user_password_and_list(capsys, catalog: Catalog, monkeypatch: pytest.Mo
         "users": [{"username": "erin", "email": "erin@example.com", "site_admin": False, "auth_source": "local"}]
     }
     assert_one_error_line(run(capsys, "user", "password", "ghost"), "unknown user 'ghost'")
+
+
+def test_user_disable_enable_and_delete(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    password = run(capsys, "--json", "user", "add", "alice").json()["password"]
+    run(capsys, "user", "add", "root", "--site-admin")
+    token = tokens.create_token(catalog, "alice")
+
+    disabled = run(capsys, "--json", "user", "disable", "alice", "--as", "root")
+    assert disabled.code == 0, disabled.err
+    assert disabled.json() == {"username": "alice", "disabled": True, "sessions_revoked": 0, "tokens_revoked": 1}
+    with pytest.raises(AuthenticationFailed, match=r"^this account is disabled; ask a site admin to enable it$"):
+        auth.authenticate(catalog, "alice", password)
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        tokens.authenticate_token(catalog, token.secret)
+    assert_one_error_line(
+        run(capsys, "user", "sessions", "alice", "--as", "alice"), "cannot act as 'alice': this account is disabled"
+    )
+    assert re.search(r"^alice .* disabled$", run(capsys, "user", "list").out, re.MULTILINE)
+
+    enabled = run(capsys, "user", "enable", "alice")
+    assert (enabled.code, enabled.out) == (0, "enabled alice\n")
+    assert auth.authenticate(catalog, "alice", password).username == "alice"
+
+    deleted = run(capsys, "--json", "user", "delete", "alice")
+    assert deleted.json() == {"username": "alice", "deleted": True, "sessions_revoked": 0, "tokens_revoked": 0}
+    assert [u.username for u in auth.list_users(catalog)] == ["root"]
+    assert [e.target for e in list_events(catalog, name="user_deleted")] == ["user:alice"]
+
+
+@pytest.mark.parametrize("command", ["disable", "delete"])
+def test_the_last_site_admin_cannot_be_disabled_or_deleted(capsys, catalog: Catalog, command: str) -> None:  # type: ignore[no-untyped-def]
+    run(capsys, "user", "add", "root", "--site-admin")
+    assert_one_error_line(run(capsys, "user", command, "root"), "'root': it is the last enabled site admin")
+    assert_one_error_line(run(capsys, "user", command, "ghost"), "unknown user 'ghost'")
+    run(capsys, "user", "add", "ed")
+    assert_one_error_line(run(capsys, "user", command, "root", "--as", "ed"), "only a site admin can")
+    assert not auth.get_user(catalog, "root").disabled
+
+
+def test_user_revoke_and_password_also_revoke_api_tokens(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    run(capsys, "user", "add", "alice")
+    first = tokens.create_token(catalog, "alice")
+    revoked = run(capsys, "user", "revoke", "alice")
+    assert (revoked.code, revoked.out) == (0, "revoked 0 session(s) and 1 API token(s) of alice\n")
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        tokens.authenticate_token(catalog, first.secret)
+    second = tokens.create_token(catalog, "alice")
+    assert run(capsys, "user", "password", "alice").code == 0
+    with pytest.raises(AuthenticationFailed, match="revoked"):
+        tokens.authenticate_token(catalog, second.secret)
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        ("password123\n", "one of the most common passwords"),
+        ("            \n", "must not be only spaces"),
+        ("x" * 1025 + "\n", "at most 1024 characters"),
+    ],
+)
+def test_user_password_refuses_weak_passwords(  # type: ignore[no-untyped-def]
+    capsys, catalog: Catalog, monkeypatch: pytest.MonkeyPatch, typed: str, message: str
+) -> None:
+    run(capsys, "user", "add", "alice")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
+    assert_one_error_line(run(capsys, "user", "password", "alice", "--password-stdin"), message)
 
 
 def test_project_create_member_add_and_list(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]

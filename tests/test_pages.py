@@ -133,6 +133,15 @@ def test_failed_sign_in_shows_an_error_and_stays_signed_out(workspace: Catalog, 
     assert _texts(at.title) == ["Oreo"]
 
 
+def test_a_disabled_account_is_told_so_at_sign_in(workspace: Catalog) -> None:
+    auth.disable_user(workspace, "erin")
+    at = _sign_in(_app().run(timeout=60), "erin", PASSWORD)
+
+    assert not at.exception
+    assert _texts(at.error) == ["this account is disabled; ask a site admin to enable it"]
+    assert "oreo_username" not in at.session_state
+
+
 def workspace_creator(catalog: Catalog) -> str:
     from core import auth, datasets
 

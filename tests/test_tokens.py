@@ -6,12 +6,15 @@ import json
 from datetime import timedelta
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from api.app import create_app
 from cli import main as cli
-from core import auth, projects, tokens
+from core import auth, projects, tokens, web_sessions
 from core.audit import list_events
 from core.catalog import ApiTokenRow, Catalog, utcnow
+from core.config import get_settings
 from core.errors import AuthenticationFailed, InvalidInput, NotFound, PermissionDenied
 
 
@@ -20,10 +23,10 @@ def team(catalog: Catalog) -> Catalog:
     projects.create_project(catalog, "demo")
     projects.create_project(catalog, "other")
     for name, role in (("ed", "editor"), ("ap", "approver")):
-        auth.create_user(catalog, name, password="password123")
+        auth.create_user(catalog, name, password="not-a-common-password")
         auth.add_member(catalog, "demo", name, role)
     auth.add_member(catalog, "other", "ap", "editor")
-    auth.create_user(catalog, "root", password="password123", site_admin=True)
+    auth.create_user(catalog, "root", password="not-a-common-password", site_admin=True)
     return catalog
 
 
@@ -132,7 +135,7 @@ def test_tokens_and_idempotency_keys_on_postgres(postgres_url: str, monkeypatch:
     get_settings.cache_clear()
     reset_catalogs()
     catalog = open_catalog()
-    auth.create_user(catalog, "pgtoken", password="password123")
+    auth.create_user(catalog, "pgtoken", password="not-a-common-password")
     created = tokens.create_token(catalog, "pgtoken", role="editor", expires_days=2)
     user = tokens.authenticate_token(catalog, created.secret)
     assert user.scope is not None and user.scope.role == auth.Role.EDITOR
@@ -159,3 +162,66 @@ def test_a_key_whose_first_call_failed_on_the_server_side_acts_again(team: Catal
     assert jobs.claim_key(team, user, "retry-me", fingerprint) is None
     other = tokens.authenticate_token(team, tokens.create_token(team, "ap").secret)
     assert jobs.claim_key(team, other, "retry-me", fingerprint) is None  # keys are per token
+
+
+def test_tokens_expire_after_the_default_days_unless_told(team: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = tokens.create_token(team, "ed")
+    assert made.token.expires_at is not None
+    assert abs(made.token.expires_at - (utcnow() + timedelta(days=90))) < timedelta(minutes=5)
+    longest = tokens.create_token(team, "ed", expires_days=tokens.MAX_EXPIRES_DAYS)
+    assert longest.token.expires_at is not None and longest.token.expires_at > utcnow() + timedelta(days=3649)
+    monkeypatch.setenv("OREO_TOKEN_DEFAULT_DAYS", "0")
+    get_settings.cache_clear()
+    try:
+        assert tokens.create_token(team, "ed").token.expires_at is None  # 0: until revoked, as before
+        monkeypatch.setenv("OREO_TOKEN_DEFAULT_DAYS", "99999")
+        get_settings.cache_clear()
+        with pytest.raises(InvalidInput, match="OREO_TOKEN_DEFAULT_DAYS must be between 0 and 3650, got 99999"):
+            tokens.create_token(team, "ed")
+    finally:
+        monkeypatch.undo()
+        get_settings.cache_clear()
+
+
+def test_a_token_without_expiry_keeps_working(team: Catalog) -> None:
+    made = tokens.create_token(team, "ed")
+    with team.session() as s:  # a token made before tokens expired by default
+        s.execute(update(ApiTokenRow).where(ApiTokenRow.id == made.token.id).values(expires_at=None))
+    assert tokens.authenticate_token(team, made.secret).username == "ed"
+
+
+@pytest.mark.parametrize("days", [3651, 1_000_000_000, 10**30])
+def test_an_absurd_expiry_is_refused_in_words(team: Catalog, capsys: pytest.CaptureFixture[str], days: int) -> None:
+    with pytest.raises(InvalidInput, match=rf"--expires-days must be at most 3650 \(ten years\), got {days}"):
+        tokens.create_token(team, "ed", expires_days=days)
+    cli.state.json = False
+    assert cli.main(["token", "create", "--as", "ed", "--expires-days", str(days)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: --expires-days must be at most 3650 (ten years), got {days}"]
+    assert tokens.list_tokens(team) == []
+
+
+def test_a_disabled_users_tokens_answer_401(team: Catalog) -> None:
+    made = tokens.create_token(team, "ed")
+    client = TestClient(create_app())  # not entered: no lifespan, so no Spark
+    bearer = {"Authorization": f"Bearer {made.secret}"}
+    assert client.get("/api/v1/projects", headers=bearer).status_code == 200
+    auth.disable_user(team, "ed")
+    with team.session() as s:  # even a token that disabling did not revoke (e.g. made by hand since)
+        s.execute(update(ApiTokenRow).where(ApiTokenRow.id == made.token.id).values(revoked_at=None))
+    answer = client.get("/api/v1/projects", headers=bearer)
+    assert answer.status_code == 401
+    assert answer.json()["error"]["message"] == "this account is disabled; ask a site admin to enable it"
+
+
+def test_revoking_a_users_access_revokes_their_tokens(team: Catalog) -> None:
+    eds = [tokens.create_token(team, "ed") for _ in range(2)]
+    aps = tokens.create_token(team, "ap")
+    revoked = web_sessions.revoke_user_access(team, "ed")
+    assert (revoked.sessions, revoked.tokens) == (0, 2)
+    for made in eds:
+        with pytest.raises(AuthenticationFailed, match="was revoked"):
+            tokens.authenticate_token(team, made.secret)
+    assert tokens.authenticate_token(team, aps.secret).username == "ap"
+    [event] = list_events(team, name="web_sessions_revoked")
+    assert event.details["tokens_revoked"] == 2

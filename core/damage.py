@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -110,7 +111,48 @@ def _read_commit(path: Location) -> list[dict[str, Any]]:
         actions.append(action)
     if not actions:
         raise ValueError("is empty")
+    missing = _missing_actions(actions)
+    if missing:
+        raise ValueError(missing)
     return actions
+
+
+# ``operationMetrics`` keys that count the add, remove and cdc actions of a commit (Spark and
+# delta-rs spellings). A commit can hold more actions than counted (a file given a deletion
+# vector is re-added and removed without being counted), never fewer.
+_COUNTED_ACTIONS = {
+    "add": ("numFiles", "numAddedFiles", "numTargetFilesAdded", "numRestoredFiles", "num_added_files"),
+    "remove": ("numRemovedFiles", "numTargetFilesRemoved", "num_removed_files"),
+    "cdc": ("numAddedChangeFiles", "numTargetChangeFilesAdded"),
+}
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _missing_actions(actions: list[dict[str, Any]]) -> str | None:
+    """Why a commit that parses is still cut short, or None.
+
+    Every commit Oreo's writers (Spark and delta-rs) make carries a ``commitInfo`` whose
+    metrics count the files it adds and removes; a commit cut at a line boundary parses
+    but lacks the ``commitInfo`` or some of the counted actions.
+    """
+    infos = [a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)]
+    if not infos:
+        return "has no commitInfo: truncated or corrupt"
+    metrics = infos[0].get("operationMetrics") or {}
+    if not isinstance(metrics, dict):
+        return None
+    for kind, keys in _COUNTED_ACTIONS.items():
+        counted = max((_count(metrics.get(key)) for key in keys), default=0)
+        present = sum(1 for action in actions if kind in action)
+        if present < counted:
+            return f"holds {present} of the {counted} {kind!r} actions its commitInfo counts: truncated"
+    return None
 
 
 def _newest_checkpoint(files: _LogFiles) -> int | None:
@@ -315,6 +357,69 @@ def find_damage(table: Location, name: str | None = None) -> TableDamaged | None
         path=str(table / findings[0].file),
         hint=_doctor_hint(table),
     )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    log_mtime_ns: int  # the log folder's: a new commit changes it
+    commit: str  # the newest commit's file name then
+    identity: tuple[int, int, int]  # that file's inode, size and mtime when it was read
+    problem: str | None
+
+
+_latest_checked: dict[str, _Checked] = {}
+_latest_lock = threading.Lock()
+
+
+def raise_if_latest_commit_cut(table: Location, name: str | None = None) -> None:
+    """Raise ``TableDamaged`` when the newest commit is empty, does not parse, or is cut short.
+
+    Readers call this before every read, so a table whose last commit lost its actions is
+    refused instead of served as the version before. It reads only the newest commit, and
+    only when that file (or the log folder) changed since the last call. Local tables only.
+    """
+    if isinstance(table, ObjectPath):
+        return
+    log = Path(table) / LOG
+    key = str(log)
+    try:
+        log_mtime = log.stat().st_mtime_ns
+        with _latest_lock:
+            known = _latest_checked.get(key)
+        commit = known.commit if known is not None and known.log_mtime_ns == log_mtime else _newest_commit(log)
+        if commit is None:
+            return  # no commits at all: find_damage and the readers' NotFound say so
+        stat = (log / commit).stat()
+    except FileNotFoundError:
+        return  # no table (the caller says so) or replaced while we looked (the next read checks)
+    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if known is None or (known.log_mtime_ns, known.commit, known.identity) != (log_mtime, commit, identity):
+        problem = None
+        try:
+            _read_commit(log / commit)
+        except (ValueError, UnicodeDecodeError) as exc:
+            problem = str(exc)
+        except FileNotFoundError:
+            return
+        known = _Checked(log_mtime, commit, identity, problem)
+        with _latest_lock:
+            _latest_checked[key] = known
+    if known.problem is not None:
+        label = name or _dataset_name(Path(table))
+        raise TableDamaged(
+            f"{label} is damaged: {LOG}/{commit} {known.problem}",
+            path=str(log / commit),
+            hint=_doctor_hint(Path(table)),
+        )
+
+
+def _newest_commit(log: Path) -> str | None:
+    names = [
+        entry.name
+        for entry in os.scandir(log)
+        if len(entry.name) == 25 and entry.name.endswith(".json") and entry.name[:20].isdigit()
+    ]
+    return max(names, default=None)
 
 
 def raise_if_damaged(table: Location, name: str | None = None) -> None:

@@ -258,10 +258,14 @@ def _read_log(table: Location) -> _Log:
 
     Raises:
         NotFound: ``table`` holds no Delta table.
+        TableDamaged: The newest commit is empty or cut short.
     """
     log = table / "_delta_log"
     if not log.is_dir():
         raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
+    # A last commit cut at a line boundary parses; without this its version would be described
+    # (and exported) as the version before.
+    damage.raise_if_latest_commit_cut(table)
     jsons, checkpoints = _commit_files(log)
     root = str(table)
     if not jsons:

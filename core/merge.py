@@ -78,9 +78,17 @@ from core.conflicts import Conflict as Conflict
 from core.conflicts import conflicts_since as conflicts_since
 from core.conflicts import find_conflicts as find_conflicts
 from core.datasets import get_dataset, layout_for, sync_dataset
-from core.errors import ConflictError, EngineError, NotFound, OreoError, PermissionDenied, ValidationFailed
+from core.errors import (
+    CatalogUnavailable,
+    ConflictError,
+    EngineError,
+    NotFound,
+    OreoError,
+    PermissionDenied,
+    ValidationFailed,
+)
 from core.storage import Location, location
-from core.writer import writing
+from core.writer import release_leftovers, writing
 
 log = logging.getLogger(__name__)
 
@@ -549,6 +557,8 @@ def _merge_open_request(
     layout = layout_for(record.project_id, record.dataset_id)
     main, staging = layout.main, staging_path(layout, record)
 
+    # A lease an earlier attempt could not release (the catalog failed as it ended) goes now.
+    release_leftovers(catalog, record.project_id, record.dataset_id)
     landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
     if landed is None:
         if not (staging / "_delta_log").is_dir():
@@ -597,10 +607,18 @@ def _merge_open_request(
     commit = engine.CommitInfo(
         commit_id=str(meta["commit_id"]), actor=str(meta.get("actor")), action=MERGE_ACTION, extra={"cr_id": cr_id}
     )
-    sync_dataset(catalog, record.project_id, record.dataset_id, commit, version=version)
-    stages = clock.timings()
-    run_id = meta.get("validation_run_id")
-    merged = _mark_merged(catalog, record, actor, version, comment, commit.commit_id, run_id, stages)
+    try:
+        sync_dataset(catalog, record.project_id, record.dataset_id, commit, version=version)
+        stages = clock.timings()
+        run_id = meta.get("validation_run_id")
+        merged = _mark_merged(catalog, record, actor, version, comment, commit.commit_id, run_id, stages)
+    except CatalogUnavailable as exc:
+        # The catalog's own hint says "nothing was saved": untrue once the MERGE committed.
+        raise CatalogUnavailable(
+            f"{cr_id} was merged as version {version} of {record.project_id}/{record.dataset_id}, "
+            f"but recording it failed: {exc}",
+            hint="the merge is saved in the table; approve the request again once the catalog is back to finish",
+        ) from exc
     metrics.stage_timings(stages)
     remove_leftovers(merged)
     notify.emit(

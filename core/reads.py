@@ -223,6 +223,8 @@ def count_rows(path: Location, version: int | None = None) -> int:
 def _require_table(path: Location) -> None:
     if not (location(path) / "_delta_log").is_dir():
         raise NotFound(f"no Delta table at {path}", kind="table", ident=str(path))
+    # A last commit cut at a line boundary reads, as the version before: refuse it (cached, cheap).
+    damage.raise_if_latest_commit_cut(location(path))
 
 
 def _where(filters: list[RowFilter], columns: dict[str, str]) -> tuple[str, list[Any]]:

@@ -40,15 +40,24 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from core import audit, metrics, reads
+from core import audit, disk, metrics, reads
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow
 from core.config import get_settings
 from core.datasets import DatasetInfo, dataset_settings, get_dataset, layout_for, stable_order, time_ordered_ids
-from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
+from core.errors import ConflictError, InvalidInput, NotFound, OreoError, OutOfSpace, PermissionDenied
 from core.filters import Condition
 from core.layout import DatasetLayout, new_id, validate_id
-from core.storage import ObjectPath, glob, location, remove_tree, storage_options_for, tree_bytes, write_text_atomic
+from core.storage import (
+    Location,
+    ObjectPath,
+    glob,
+    location,
+    remove_tree,
+    storage_options_for,
+    tree_bytes,
+    write_text_atomic,
+)
 from core.values import canonical_text
 
 if TYPE_CHECKING:
@@ -176,8 +185,14 @@ def open_session(catalog: Catalog, project_id: str, dataset_id: str, *, actor: U
         created_at=now,
         last_activity=now,
     )
-    layout.session_dir(info.session_id).mkdir(parents=True)
-    _write_metadata(layout, info)
+    try:
+        layout.session_dir(info.session_id).mkdir(parents=True)
+        _write_metadata(layout, info)
+    except OSError as exc:
+        remove_tree(layout.session_dir(info.session_id))
+        if disk.is_out_of_space(exc):
+            raise _disk_full(layout.session_dir(info.session_id), "no session was started") from exc
+        raise
     with catalog.session() as s:
         audit.record(
             s,
@@ -305,20 +320,33 @@ def _append(
     data = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
     if table is None and (path / "_delta_log").is_dir():
         table = DeltaTable(str(path), storage_options=storage_options_for(path))
-    if table is None:
-        write_deltalake(
-            path if isinstance(path, Path) else str(path),
-            data,
-            mode="append",
-            configuration=_EDITS_TABLE_CONFIG,
-            storage_options=storage_options_for(path),
-        )
-    else:
-        # A commit from a stale table is still safe: delta-rs retries an append on top.
-        write_deltalake(table, data, mode="append")
-    updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
-    _write_metadata(layout, updated)
+    try:
+        if table is None:
+            write_deltalake(
+                path if isinstance(path, Path) else str(path),
+                data,
+                mode="append",
+                configuration=_EDITS_TABLE_CONFIG,
+                storage_options=storage_options_for(path),
+            )
+        else:
+            # A commit from a stale table is still safe: delta-rs retries an append on top.
+            write_deltalake(table, data, mode="append")
+        updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
+        _write_metadata(layout, updated)
+    except Exception as exc:  # delta-rs reports a full disk as its own error, Python as OSError
+        if disk.is_out_of_space(exc):
+            raise _disk_full(path, "these edits were not saved") from exc
+        raise
     return updated, table
+
+
+def _disk_full(path: Location, outcome: str) -> OutOfSpace:
+    return OutOfSpace(
+        f"the disk is full: no space left on the device holding {path}; {outcome}",
+        path=str(path),
+        hint="free some space (or grow the volume) and try again",
+    )
 
 
 def _session_bytes(layout: DatasetLayout, session_id: str) -> int:
@@ -668,6 +696,7 @@ def save_edits(
 
     Raises:
         The errors of ``apply_edits``, and ``InvalidInput`` for a value before any session exists.
+        OutOfSpace: The disk is full (a session this save started is removed again).
     """
     info = current_session(catalog, project_id, dataset_id, actor=actor)
     if info is None:
@@ -678,7 +707,33 @@ def save_edits(
         schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), int(dataset.version or 0))}
         _check_values(schema, ops, allow_non_finite=_allow_non_finite(dataset))
         info = open_session(catalog, project_id, dataset_id, actor=actor)
+        try:
+            return info, apply_edits(catalog, info.session_id, ops, actor=actor)
+        except BaseException:
+            _drop_new_session(catalog, info, actor)
+            raise
     return info, apply_edits(catalog, info.session_id, ops, actor=actor)
+
+
+def _drop_new_session(catalog: Catalog, info: SessionInfo, actor: User) -> None:
+    """Remove a session this save started and whose first edit failed, so no empty session is left."""
+    remove_tree(layout_for(info.project_id, info.dataset_id).session_dir(info.session_id))
+    _events_cache.pop(info.session_id, None)
+    try:
+        with catalog.session() as s:
+            audit.record(
+                s,
+                SessionDiscarded(
+                    actor=actor.username,
+                    project_id=info.project_id,
+                    dataset_id=info.dataset_id,
+                    session_id=info.session_id,
+                    owner=info.owner,
+                    reason="its first edit was not saved",
+                ),
+            )
+    except OreoError:
+        pass  # the catalog failing too: the folder, which is the session, is gone all the same
 
 
 def _check_values(schema: dict[str, str], ops: list[EditOp], *, allow_non_finite: bool) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -147,6 +148,7 @@ def parse_suite(document: Any) -> dict[str, Any]:
                 f"expectation #{i + 1} ({item['type']}) has severity {severity!r}; use critical, warning or info",
                 field="suite",
             )
+        _check_regexes(i, item)
     from great_expectations.core import ExpectationSuite
 
     try:
@@ -162,6 +164,25 @@ def parse_suite(document: Any) -> dict[str, Any]:
             field="suite",
         )
     return dict(suite.to_json_dict())
+
+
+def _check_regexes(index: int, item: dict[str, Any]) -> None:
+    """Refuse a rule's regular expression that does not compile: GX accepts it, then fails every later check."""
+    kwargs = item.get("kwargs")
+    if not isinstance(kwargs, dict):
+        return
+    patterns = [kwargs["regex"]] if "regex" in kwargs else []
+    if isinstance(kwargs.get("regex_list"), list):
+        patterns += kwargs["regex_list"]
+    for pattern in patterns:
+        column = kwargs.get("column")
+        where = f"expectation #{index + 1} ({item['type']}) on column {column!r}"
+        if not isinstance(pattern, str):
+            raise InvalidInput(f"{where}: the regex {pattern!r} is not text", field="suite")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise InvalidInput(f"{where}: the regex {pattern!r} is invalid ({exc})", field="suite") from exc
 
 
 def save_suite(layout: DatasetLayout, document: Any) -> dict[str, Any]:

@@ -9,6 +9,11 @@ processes on other hosts sharing the catalog). A holder that died on this host (
 process is gone) is recognised and replaced at once; one that died elsewhere lapses after
 ``OREO_WRITER_LEASE_S``. A writer waits up to ``OREO_WRITER_WAIT_S`` for a busy table,
 then gives up with a ``ConflictError`` naming who holds it.
+
+A lease this process could not release (the catalog was locked or down as the block
+ended) is remembered: a background thread keeps trying to release it, and this process
+releases it before it next takes a lease on that table (``release_leftovers``), so neither
+a retry of the same operation nor any later writer waits for it to lapse.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_r
 
 from core.catalog import Catalog, DatasetRow, utcnow
 from core.config import get_settings
-from core.errors import ConflictError
+from core.errors import CatalogUnavailable, ConflictError
 
 
 class _Busy(Exception):
@@ -49,6 +54,39 @@ def _dead_here(holder: str) -> bool:
     except (ValueError, IndexError, PermissionError):
         return False  # not our format, or a live process of another user
     return False
+
+
+# The longest pause between two attempts to release a leftover lease.
+RELEASE_RETRY_MAX_S = 5.0
+
+# Leases whose release failed: (catalog url, project, dataset, holder).
+_unreleased: set[tuple[str, str, str, str]] = set()
+_unreleased_lock = threading.Lock()
+
+
+def _release(catalog: Catalog, project_id: str, dataset_id: str, holder: str) -> None:
+    with catalog.session() as s:
+        s.execute(
+            update(DatasetRow)
+            .where(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id)
+            .where(DatasetRow.writer == holder)
+            .values(writer=None, writer_until=None)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def release_leftovers(catalog: Catalog, project_id: str, dataset_id: str) -> None:
+    """Release this process's leases on the table that an earlier block could not (their blocks have ended).
+
+    Raises:
+        CatalogUnavailable: The catalog is still unreachable (the leases stay remembered).
+    """
+    with _unreleased_lock:
+        leftovers = [k for k in _unreleased if k[:3] == (catalog.url, project_id, dataset_id)]
+    for key in leftovers:
+        _release(catalog, project_id, dataset_id, key[3])  # CatalogUnavailable: still down, keep it for next time
+        with _unreleased_lock:
+            _unreleased.discard(key)
 
 
 def _try_take(catalog: Catalog, project_id: str, dataset_id: str, holder: str, lease_s: float) -> bool:
@@ -83,6 +121,7 @@ def writing(catalog: Catalog, project_id: str, dataset_id: str, *, what: str) ->
     """
     settings = get_settings()
     holder = _holder(what)
+    release_leftovers(catalog, project_id, dataset_id)
     try:
         for attempt in Retrying(
             retry=retry_if_exception_type(_Busy),
@@ -101,11 +140,30 @@ def writing(catalog: Catalog, project_id: str, dataset_id: str, *, what: str) ->
     try:
         yield
     finally:
-        with catalog.session() as s:
-            s.execute(
-                update(DatasetRow)
-                .where(DatasetRow.project_id == project_id, DatasetRow.dataset_id == dataset_id)
-                .where(DatasetRow.writer == holder)
-                .values(writer=None, writer_until=None)
-                .execution_options(synchronize_session=False)
-            )
+        try:
+            _release(catalog, project_id, dataset_id, holder)
+        except CatalogUnavailable:
+            # Whatever the block raised (or returned) stands; the lease goes at this process's next take.
+            with _unreleased_lock:
+                _unreleased.add((catalog.url, project_id, dataset_id, holder))
+            threading.Thread(
+                target=_keep_releasing,
+                args=(catalog, project_id, dataset_id, settings.writer_lease_s),
+                name=f"oreo-lease-release-{project_id}-{dataset_id}",
+                daemon=True,
+            ).start()
+
+
+def _keep_releasing(catalog: Catalog, project_id: str, dataset_id: str, lease_s: float) -> None:
+    """Retry ``release_leftovers`` until the catalog answers (or the lease would have lapsed anyway)."""
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(CatalogUnavailable),
+            stop=stop_after_delay(lease_s),
+            wait=wait_random_exponential(multiplier=0.5, max=RELEASE_RETRY_MAX_S),
+            reraise=True,
+        ):
+            with attempt:
+                release_leftovers(catalog, project_id, dataset_id)
+    except CatalogUnavailable:
+        pass  # the lease has lapsed by now

@@ -182,6 +182,19 @@ def test_rules_show_and_set(capsys, catalog: Catalog, tmp_path: Path) -> None:  
     ]
 
 
+def test_rules_set_refuses_a_regex_that_does_not_compile(capsys, catalog: Catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    before = run(capsys, "--json", "rules", "show", "demo", "people").json()
+    suite = tmp_path / "suite.json"
+    rule = {"type": "expect_column_values_to_match_regex", "kwargs": {"column": "name", "regex": "(unclosed"}}
+    suite.write_text(json.dumps({"name": "people rules", "expectations": [rule]}))
+
+    result = run(capsys, "rules", "set", "demo", "people", "--file", str(suite), "--as", "ada")
+
+    assert_one_error_line(result, r"on column 'name': the regex '\(unclosed' is invalid \(missing \), unterminated")
+    assert run(capsys, "--json", "rules", "show", "demo", "people").json() == before
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "2", "name", "still fine").code == 0
+
+
 def test_rules_propose_shows_a_proposal_and_accept_applies_the_chosen_rules(  # type: ignore[no-untyped-def]
     capsys, catalog: Catalog, tmp_path: Path
 ) -> None:

@@ -103,11 +103,55 @@ def _truncate_last_commit() -> str:
     return f"_delta_log/{last.name}"
 
 
+def _last_commit() -> Path:
+    return ms.layout().main / "_delta_log" / f"{engine.latest_version(ms.layout().main):020d}.json"
+
+
+def _cut_last_commit_at_a_line() -> str:
+    """Keep the commitInfo and txn lines, lose the add and remove actions: the rest still parses."""
+    last = _last_commit()
+    lines = last.read_text().splitlines(keepends=True)
+    assert any('"add"' in line for line in lines[2:])
+    last.write_text("".join(lines[:2]))
+    return f"_delta_log/{last.name}"
+
+
+def _empty_last_commit() -> str:
+    last = _last_commit()
+    last.write_bytes(b"")
+    return f"_delta_log/{last.name}"
+
+
+def _drop_commit_info() -> str:
+    last = _last_commit()
+    lines = last.read_text().splitlines(keepends=True)
+    last.write_text("".join(line for line in lines if '"commitInfo"' not in line))
+    return f"_delta_log/{last.name}"
+
+
 DAMAGE = {
     "deleted-data-file": (_delete_data_file, "files", "is missing"),
     "deleted-deletion-vector": (_delete_deletion_vector, "files", "is missing"),
     "truncated-last-commit": (_truncate_last_commit, "log", "is not valid JSON"),
+    "last-commit-cut-at-a-line": (_cut_last_commit_at_a_line, "log", "holds 0 of the 1 'add' actions"),
+    "emptied-last-commit": (_empty_last_commit, "log", "is empty"),
+    "last-commit-without-commit-info": (_drop_commit_info, "log", "has no commitInfo"),
 }
+
+
+@pytest.mark.parametrize("case", ["last-commit-cut-at-a-line", "emptied-last-commit"])
+def test_a_last_commit_that_parses_but_lost_its_actions_is_refused_by_export(
+    capsys: pytest.CaptureFixture[str], catalog: Catalog, tmp_path: Path, case: str
+) -> None:
+    """The version before is not served (or exported) as the current one."""
+    damage_it, _check, problem = DAMAGE[case]
+    name = damage_it()
+    out = tmp_path / "out.csv"
+
+    result = run(capsys, "export", ms.PROJECT, ms.DATASET, "--out", str(out))
+
+    assert_one_error_line(result, rf"is damaged: {re.escape(name)} {problem}")
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))

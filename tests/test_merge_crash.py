@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from core import change_requests, engine, merge
-from core.catalog import Catalog, open_catalog, reset_catalogs
+from core import change_requests, engine, merge, writer
+from core.catalog import Catalog, DatasetRow, open_catalog, reset_catalogs
 from core.change_requests import CRState
 from core.datasets import get_dataset
+from core.errors import CatalogUnavailable
 from core.sessions import AddRow, DeleteRow, SetCell
 from tests import merge_support as ms
 
@@ -205,3 +206,63 @@ def test_a_commit_that_landed_without_its_bookkeeping_is_finished_not_repeated(c
     assert (dataset.version, dataset.last_commit_id) == (1, landed.commit_id)
     assert not staging.exists()
     assert not ms.layout().session_dir(cr.session_id or "").exists()
+
+
+def _lease_holder(catalog: Catalog) -> str | None:
+    with catalog.session() as s:
+        row = s.get(DatasetRow, (ms.PROJECT, ms.DATASET))
+        assert row is not None
+        return row.writer
+
+
+# Each step of an approval that touches the catalog, as (module, function): taking the lease,
+# recording the start, releasing the lease, syncing the dataset, marking the request merged.
+CATALOG_STEPS = {
+    "take-lease": (writer, "_try_take"),
+    "approval-started": (merge, "_record_approval_started"),
+    "release-lease": (writer, "_release"),
+    "sync-dataset": (merge, "sync_dataset"),
+    "mark-merged": (merge, "_mark_merged"),
+}
+
+
+@pytest.mark.parametrize("step", list(CATALOG_STEPS))
+def test_the_catalog_failing_at_any_step_of_an_approval_leaves_no_lease_and_a_retry_merges(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """The lease goes whatever fails after it is taken; an error after the MERGE does not say nothing was saved."""
+    module, name = CATALOG_STEPS[step]
+    original = getattr(module, name)
+    calls = []
+
+    def locked_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        if len(calls) == 1:
+            raise CatalogUnavailable(
+                "the catalog at sqlite:///catalog.db is unavailable: database is locked",
+                hint="nothing was saved; try again once it is back",
+            )
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, locked_once)
+    monkeypatch.setattr(writer, "RELEASE_RETRY_MAX_S", 0.1)
+    cr = ms.submit(catalog, "ed", OPS)
+    al = ms.user(catalog, "al")
+
+    try:
+        merge.approve_change_request(catalog, cr.id, actor=al)
+    except CatalogUnavailable as exc:
+        committed = bool(ms.merge_commits(cr.id))
+        assert ("nothing was saved" in (exc.hint or "")) is not committed, (str(exc), exc.hint)
+        if committed:
+            assert f"{cr.id} was merged as version 1" in str(exc)
+            assert "saved in the table" in (exc.hint or "")
+
+    ms.wait_for(lambda: _lease_holder(catalog) is None, timeout=30, what="the writer lease to be released")
+    merged = change_requests.get_change_request(catalog, cr.id, actor=al)
+    if merged.state != CRState.MERGED:  # the failure was the approval's: approving again finishes it
+        merged = merge.approve_change_request(catalog, cr.id, actor=al)
+    assert (merged.state, merged.merged_version) == (CRState.MERGED, 1)
+    assert [c.version for c in ms.merge_commits(cr.id)] == [1]
+    assert _lease_holder(catalog) is None
+    assert calls, f"{name} was never called"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import deltalake
 import pytest
 
 from core import reads, sessions
@@ -18,7 +20,7 @@ from core.auth import Role, User, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
 from core.datasets import create_dataset, layout_for
-from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied
+from core.errors import ConflictError, InvalidInput, NotFound, OutOfSpace, PermissionDenied
 from core.projects import create_project
 from core.sessions import AddRow, DeleteRow, SetCell, UndoCell
 
@@ -458,3 +460,48 @@ def test_an_added_row_is_one_pending_change_with_one_undo(ctx: Ctx) -> None:
 
     assert [(c.row_id, c.change) for c in sessions.pending_changes(ctx.edits())] == [("2", "update")]
     assert {e.row_id for e in ctx.edits()} == {"2"}
+
+
+def _sessions_of(owner: str) -> list[str]:
+    root = layout_for("demo", "people").live_edit_root
+    return [m.parent.name for m in root.glob("*/metadata.json") if json.loads(m.read_text())["owner"] == owner] + [
+        d.name for d in root.iterdir() if d.is_dir() and not (d / "metadata.json").exists()
+    ]
+
+
+def test_a_first_edit_refused_for_its_value_starts_no_session(ctx: Ctx) -> None:
+    with pytest.raises(InvalidInput, match=r"'abc' is not a number"):
+        sessions.save_edits(ctx.catalog, "demo", "people", [SetCell("1", "age", "abc")], actor=ctx.eve)
+
+    assert _sessions_of("eve") == []
+    assert sessions.current_session(ctx.catalog, "demo", "people", actor=ctx.eve) is None
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["edits-table", "session-metadata"])
+def test_a_full_disk_on_a_first_edit_says_so_and_leaves_no_session(
+    ctx: Ctx, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    if where == "edits-table":
+        monkeypatch.setattr(deltalake, "write_deltalake", _disk_full)
+    else:
+        monkeypatch.setattr(sessions, "_write_metadata", _disk_full)
+
+    with pytest.raises(OutOfSpace, match=r"^the disk is full: no space left on the device holding \S+; "):
+        sessions.save_edits(ctx.catalog, "demo", "people", [SetCell("1", "name", "x")], actor=ctx.eve)
+
+    assert _sessions_of("eve") == []
+    assert sessions.current_session(ctx.catalog, "demo", "people", actor=ctx.eve) is None
+
+
+def test_a_full_disk_on_a_later_edit_keeps_the_earlier_ones(ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions.save_edits(ctx.catalog, "demo", "people", [SetCell("1", "name", "kept")], actor=ctx.ed)
+    monkeypatch.setattr(deltalake, "write_deltalake", _disk_full)
+
+    with pytest.raises(OutOfSpace, match=r"^the disk is full: .*; these edits were not saved \(free some space"):
+        sessions.save_edits(ctx.catalog, "demo", "people", [SetCell("2", "name", "lost")], actor=ctx.ed)
+
+    assert [(e.row_id, e.new_value) for e in ctx.edits()] == [("1", "kept")]

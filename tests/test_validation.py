@@ -145,3 +145,19 @@ def test_a_change_is_judged_only_by_the_expectations_about_its_columns(layout) -
     assert [c.expectation for c in nothing.checks] == ["expect_table_row_count_to_be_between"]
     stored = validation.load_run(layout, names.run_id)
     assert (stored.evaluated, stored.skipped, stored.suite_digest) == (3, 1, everything.suite_digest)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"column": "name", "regex": "(unclosed"}, r"column 'name': the regex '\(unclosed' is invalid"),
+        ({"column": "code", "regex_list": ["^A", "[z-a]"]}, r"column 'code': the regex '\[z-a\]' is invalid"),
+        ({"column": "code", "regex": 7}, r"column 'code': the regex 7 is not text"),
+    ],
+)
+def test_a_rule_with_a_regex_that_does_not_compile_is_refused(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    kind = "expect_column_values_to_match_regex" + ("_list" if "regex_list" in kwargs else "")
+    document = {"name": "s", "expectations": [{"type": kind, "kwargs": kwargs}]}
+
+    with pytest.raises(InvalidInput, match=rf"^expectation #1 \({kind}\) on {message}"):
+        validation.parse_suite(document)

@@ -117,14 +117,14 @@ def _read_commit(path: Location) -> list[dict[str, Any]]:
     return actions
 
 
-# ``operationMetrics`` keys that count the add, remove and cdc actions of a commit (Spark and
-# delta-rs spellings). A commit can hold more actions than counted (a file given a deletion
-# vector is re-added and removed without being counted), never fewer.
-_COUNTED_ACTIONS = {
-    "add": ("numFiles", "numAddedFiles", "numTargetFilesAdded", "numRestoredFiles", "num_added_files"),
-    "remove": ("numRemovedFiles", "numTargetFilesRemoved", "num_removed_files"),
-    "cdc": ("numAddedChangeFiles", "numTargetChangeFilesAdded"),
-}
+# ``operationMetrics`` keys that count a commit's remove actions (Spark and delta-rs
+# spellings). A commit can hold more removes than counted, never fewer. File counts of
+# added files are not used: Spark counts a file a task opened and left empty (1,200 rows
+# in 2 tasks: ``numFiles`` 2, one ``add``), so adds are checked by their rows instead.
+_COUNTED_REMOVES = ("numRemovedFiles", "numTargetFilesRemoved", "num_removed_files")
+# Rows a commit wrote into new files: its adds' ``numRecords`` sum to at least this (an add
+# that only gives an existing file a deletion vector re-counts that file's rows).
+_WRITTEN_ROWS = ("numOutputRows",)
 
 
 def _count(value: Any) -> int:
@@ -134,12 +134,20 @@ def _count(value: Any) -> int:
         return 0
 
 
+def _records(add: dict[str, Any]) -> int | None:
+    """An add action's row count from its statistics, or None when it has none."""
+    try:
+        return int(json.loads(add.get("stats") or "null")["numRecords"])
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
 def _missing_actions(actions: list[dict[str, Any]]) -> str | None:
     """Why a commit that parses is still cut short, or None.
 
     Every commit Oreo's writers (Spark and delta-rs) make carries a ``commitInfo`` whose
-    metrics count the files it adds and removes; a commit cut at a line boundary parses
-    but lacks the ``commitInfo`` or some of the counted actions.
+    metrics count the files it removes and the rows it writes; a commit cut at a line
+    boundary parses but lacks the ``commitInfo`` or some of the actions it counts.
     """
     infos = [a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)]
     if not infos:
@@ -147,11 +155,15 @@ def _missing_actions(actions: list[dict[str, Any]]) -> str | None:
     metrics = infos[0].get("operationMetrics") or {}
     if not isinstance(metrics, dict):
         return None
-    for kind, keys in _COUNTED_ACTIONS.items():
-        counted = max((_count(metrics.get(key)) for key in keys), default=0)
-        present = sum(1 for action in actions if kind in action)
-        if present < counted:
-            return f"holds {present} of the {counted} {kind!r} actions its commitInfo counts: truncated"
+    counted = max((_count(metrics.get(key)) for key in _COUNTED_REMOVES), default=0)
+    present = sum(1 for action in actions if "remove" in action)
+    if present < counted:
+        return f"holds {present} of the {counted} 'remove' actions its commitInfo counts: truncated"
+    written = max((_count(metrics.get(key)) for key in _WRITTEN_ROWS), default=0)
+    records = [_records(a["add"]) for a in actions if isinstance(a.get("add"), dict)]
+    held = sum(r or 0 for r in records)
+    if written and None not in records and held < written:
+        return f"adds files holding {held:,} of the {written:,} rows its commitInfo wrote: truncated"
     return None
 
 

@@ -17,7 +17,7 @@ st.caption("Review console for collaborative editing of Delta Lake tables")
 left, _ = st.columns([2, 3])
 with left:
     with st.form("login_form", border=True):
-        st.subheader("Sign in")
+        st.header("Sign in", anchor=False)  # under the page title: no heading level skipped
         username = st.text_input("Username", key="login_username", autocomplete="username")
         password = st.text_input("Password", type="password", key="login_password", autocomplete="current-password")
         submitted = st.form_submit_button("Sign in", type="primary", key="login_submit")

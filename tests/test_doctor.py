@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import update
 
 from cli import main as cli
-from core import auth, engine, merge
+from core import auth, damage, engine, merge
 from core.catalog import Catalog, DatasetRow, open_catalog, reset_catalogs
 from core.sessions import DeleteRow, SetCell
 from tests import merge_support as ms
@@ -133,7 +133,7 @@ DAMAGE = {
     "deleted-data-file": (_delete_data_file, "files", "is missing"),
     "deleted-deletion-vector": (_delete_deletion_vector, "files", "is missing"),
     "truncated-last-commit": (_truncate_last_commit, "log", "is not valid JSON"),
-    "last-commit-cut-at-a-line": (_cut_last_commit_at_a_line, "log", "holds 0 of the 1 'add' actions"),
+    "last-commit-cut-at-a-line": (_cut_last_commit_at_a_line, "log", "adds files holding 0 of the 1 rows its commitInfo wrote"),
     "emptied-last-commit": (_empty_last_commit, "log", "is empty"),
     "last-commit-without-commit-info": (_drop_commit_info, "log", "has no commitInfo"),
 }
@@ -238,3 +238,20 @@ def test_a_gap_in_the_log_and_a_corrupt_checkpoint_are_found(
     result, doc = _doctor(capsys)
     assert result.code == 1
     assert f"_delta_log/{checkpoint.name} is not a readable checkpoint" in _failed(doc)["checkpoints"]
+
+
+def test_a_write_whose_tasks_left_a_file_empty_is_not_damaged(tmp_path: Path) -> None:
+    """Spark counts a file a task opened and left empty (numFiles 2, one add): the rows decide, not the files."""
+    log = tmp_path / "t" / "_delta_log"
+    log.mkdir(parents=True)
+    info = {"operation": "CREATE TABLE AS SELECT", "operationMetrics": {"numFiles": "2", "numOutputRows": "1200"}}
+    add = {"path": "part-00001.parquet", "size": 1, "dataChange": True, "stats": json.dumps({"numRecords": 1200})}
+    lines = [{"commitInfo": info}, {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}, {"add": add}]
+    (log / f"{0:020d}.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert damage.check_log(tmp_path / "t") == []
+
+    add["stats"] = json.dumps({"numRecords": 1100})  # rows lost with a cut add
+    (log / f"{0:020d}.json").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert [f.problem for f in damage.check_log(tmp_path / "t")] == [
+        "adds files holding 1,100 of the 1,200 rows its commitInfo wrote: truncated"
+    ]

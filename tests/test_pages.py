@@ -110,7 +110,7 @@ def test_signed_out_only_the_login_page_renders(workspace: Catalog) -> None:
 
     assert not at.exception
     assert _texts(at.title) == ["Oreo"]
-    assert "Sign in" in _texts(at.subheader)
+    assert "Sign in" in _texts(at.header)
     assert at.text_input(key="login_username").value == ""
     assert at.text_input(key="login_password").value == ""
     assert not [m for m in _texts(at.sidebar.markdown) if "Signed in as" in m]

@@ -238,7 +238,11 @@ def dataset_rows(
     where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
     session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
 ) -> Response:
-    """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
+    """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version.
+
+    Whole numbers are JSON integers, FLOAT values the shortest text of their float32, and
+    DECIMAL values strings of their exact digits (a JSON reader would round them as a double).
+    """
     catalog = _catalog()
     conditions = [parse_where(text) for text in where or []]
     if session_id is not None:
@@ -304,7 +308,12 @@ class EditsBody(_Body):
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])
 def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dict[str, Any]:
-    """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one)."""
+    """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one).
+
+    Numbers are read from their JSON text, never through a double: `9007199254740993.0` lands in a
+    BIGINT exactly, `1e400` is refused as out of range. `NaN`, `Infinity` and `-Infinity` are not
+    JSON and are refused (send the text `"NaN"` where the dataset allows non-finite floats).
+    """
     ops: list[sessions.EditOp] = [sessions.SetCell(c.row_id, c.column, c.value) for c in body.set]
     ops += [sessions.DeleteRow(r) for r in body.delete_rows]
     ops += [sessions.AddRow(r) for r in body.add_rows]

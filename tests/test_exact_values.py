@@ -177,7 +177,9 @@ def test_api_refuses_1e400_as_out_of_range(api: httpx.Client) -> None:
         ('{"id": 9, "name": "a\\ud800"}', r"--add-row\.name holds a lone surrogate"),
     ],
 )
-def test_cli_add_row_refuses_non_standard_literals_and_surrogates(capsys, catalog: Catalog, row: str, message: str) -> None:  # type: ignore[no-untyped-def]
+def test_cli_add_row_refuses_non_standard_literals_and_surrogates(  # type: ignore[no-untyped-def]
+    capsys, catalog: Catalog, row: str, message: str
+) -> None:
     assert_one_error_line(run(capsys, "edit", "demo", "exact", "--as", "ed", "--add-row", row), message)
 
 

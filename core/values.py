@@ -220,7 +220,7 @@ def _check_local_time(local: str, zone: str, raw: str, column: str, row_id: str 
     try:
         tz = zoneinfo.ZoneInfo(zone)
         naive = dt.datetime.fromisoformat(local.replace(" ", "T"))
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
         return  # an unknown zone or a bad calendar day: DuckDB's cast refuses it
     earlier, later = naive.replace(tzinfo=tz, fold=0), naive.replace(tzinfo=tz, fold=1)
     if earlier.utcoffset() == later.utcoffset():

@@ -6,15 +6,19 @@ Endpoints are plain ``def``s: FastAPI runs them in its thread pool, as core is b
 
 from __future__ import annotations
 
+import email.message
 import hashlib
+import json
 import shutil
 import tempfile
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
@@ -39,8 +43,45 @@ from core import (
 from core.catalog import Catalog, open_catalog
 from core.errors import AuthenticationFailed, InvalidInput
 from core.filters import parse_where
+from core.values import load_json
 
-router = APIRouter(prefix="/api/v1")
+
+def _is_json(request: Request) -> bool:
+    """Whether FastAPI would read the body as JSON: no content type, or ``application/json`` or ``+json``."""
+    content_type = request.headers.get("content-type")
+    if not content_type:
+        return True
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+class _ExactJsonRoute(APIRoute):
+    """Reads a JSON body with ``core.values.load_json`` before FastAPI does: numbers stay exact.
+
+    Starlette's ``json.loads`` would turn ``12345678901234567890.123`` into a rounded float and
+    accept ``NaN``; ``load_json`` keeps ints and Decimals and refuses those literals (and lone
+    surrogates) with a 400 naming where. The parsed body is left where FastAPI reads it from
+    (``Request._json``); text that is not JSON at all is left to FastAPI's own 400.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def exact_json(request: Request) -> Response:
+            if _is_json(request):  # never an upload: it is read as a stream
+                body = await request.body()
+                try:
+                    request._json = load_json(body, field="body") if body else None
+                except json.JSONDecodeError:
+                    pass
+            return await handle(request)
+
+        return exact_json
+
+
+router = APIRouter(prefix="/api/v1", route_class=_ExactJsonRoute)
 _bearer = HTTPBearer(auto_error=False, description="A personal access token from `oreo token create`.")
 
 
@@ -197,7 +238,11 @@ def dataset_rows(
     where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
     session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
 ) -> Response:
-    """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
+    """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version.
+
+    Whole numbers are JSON integers, FLOAT values the shortest text of their float32, and
+    DECIMAL values strings of their exact digits (a JSON reader would round them as a double).
+    """
     catalog = _catalog()
     conditions = [parse_where(text) for text in where or []]
     if session_id is not None:
@@ -263,7 +308,12 @@ class EditsBody(_Body):
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])
 def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dict[str, Any]:
-    """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one)."""
+    """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one).
+
+    Numbers are read from their JSON text, never through a double: `9007199254740993.0` lands in a
+    BIGINT exactly, `1e400` is refused as out of range. `NaN`, `Infinity` and `-Infinity` are not
+    JSON and are refused (send the text `"NaN"` where the dataset allows non-finite floats).
+    """
     ops: list[sessions.EditOp] = [sessions.SetCell(c.row_id, c.column, c.value) for c in body.set]
     ops += [sessions.DeleteRow(r) for r in body.delete_rows]
     ops += [sessions.AddRow(r) for r in body.add_rows]

@@ -44,6 +44,7 @@ from core.documents import validation_doc as _validation_doc
 from core.errors import AuthenticationFailed, EngineError, InvalidInput, OreoError
 from core.filters import parse_where
 from core.reads import RowFilter
+from core.values import load_json
 
 _logger = logging.getLogger("oreo.cli")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Oreo: review console for Delta Lake tables.")
@@ -595,8 +596,8 @@ def _parse_edit_args(args: list[str]) -> list[sessions.EditOp]:
             if flag == "--delete-row":
                 ops.append(sessions.DeleteRow(value))
             else:
-                try:
-                    row = json.loads(value)
+                try:  # numbers keep their text; NaN and lone surrogates are refused, naming the place
+                    row = load_json(value, field="--add-row")
                 except json.JSONDecodeError:
                     row = None
                 if not isinstance(row, dict):

@@ -75,8 +75,16 @@ def jsonable(document: Any) -> Any:
     return json.loads(dumps(document))
 
 
+def float32_number(value: Any) -> float:
+    """A FLOAT (float32) value as the double whose shortest text is the float32's own (0.1, not 0.10000000149011612).
+
+    Every float32 has a shortest text of at most 9 digits, which a double holds exactly as that text.
+    """
+    return float(str(np.float32(value)))
+
+
 def records(frame: Any) -> list[dict[str, Any]]:
-    """DataFrame rows as JSON-ready dicts (NaN, NaT and NA become null).
+    """DataFrame rows as JSON-ready dicts (NaN, NaT and NA become null; FLOAT values as ``float32_number``).
 
     Built column by column (``Series.tolist`` is one C loop per column); the frame-wide
     ``astype(object).where(...)`` and ``to_dict`` it replaces cost most of an API page
@@ -88,7 +96,13 @@ def records(frame: Any) -> list[dict[str, Any]]:
     columns = []
     for position in range(frame.shape[1]):
         column = frame.iloc[:, position]
-        values = column.tolist()
+        values: list[Any]
+        if column.dtype == np.float32:
+            values = [float32_number(v) for v in column.to_numpy()]
+        else:
+            values = column.tolist()
+            if column.dtype == object:
+                values = [float32_number(v) if isinstance(v, np.float32) else v for v in values]
         missing = column.isna()
         if missing.any():
             values = [None if gone else value for value, gone in zip(values, missing.tolist(), strict=True)]

@@ -389,7 +389,9 @@ def _read_xlsx(data: bytes, path: Path, sheet: str | None) -> pa.Table:
         raise InvalidFile(f"{path.name} has no sheet {sheet!r}; sheets are: {', '.join(sheets)}", path=str(path))
     # pandas renames a repeated header "a" to "a.1", so check the names as the sheet has them.
     check_column_names(_xlsx_header(data, sheet), source=path.name)
-    # openpyxl with data_only returns cached formula results; formulas are never evaluated.
+    # openpyxl with data_only returns cached formula results; formulas are never evaluated,
+    # so one without a cached result would read as an empty cell.
+    _refuse_uncached_formulas(data, sheet, path)
     frame = pd.read_excel(io.BytesIO(data), sheet_name=sheet, engine="openpyxl")
     if frame.columns.empty:
         raise InvalidFile(f"sheet {sheet!r} of {path.name} is empty", path=str(path))
@@ -398,6 +400,39 @@ def _read_xlsx(data: bytes, path: Path, sheet: str | None) -> pa.Table:
         return pa.Table.from_pandas(frame, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise InvalidFile(f"sheet {sheet!r} of {path.name} mixes types in a column: {exc}", path=str(path)) from exc
+
+
+_SHOWN_CELLS = 10
+
+
+def _refuse_uncached_formulas(data: bytes, sheet: str, path: Path) -> None:
+    """Refuse formula cells the workbook holds no computed value for (saved by a tool that does not compute).
+
+    Raises:
+        InvalidFile: Naming the cells (``Sheet1!B3``), up to ``_SHOWN_CELLS`` of them.
+    """
+    from openpyxl import load_workbook
+
+    formulas = load_workbook(io.BytesIO(data), read_only=True, data_only=False)
+    values = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    found: list[str] = []
+    try:
+        rows = zip(formulas[sheet].iter_rows(), values[sheet].iter_rows(), strict=False)
+        for formula_row, value_row in rows:
+            for formula, value in zip(formula_row, value_row, strict=False):
+                if getattr(formula, "data_type", None) == "f" and value.value is None:
+                    found.append(f"{sheet}!{formula.coordinate}")
+    finally:
+        formulas.close()
+        values.close()
+    if found:
+        more = len(found) - _SHOWN_CELLS
+        shown = ", ".join(found[:_SHOWN_CELLS]) + (f" and {more} more" if more > 0 else "")
+        raise InvalidFile(
+            f"{path.name} has formula cells without a computed value ({shown}); open and save it in a spreadsheet "
+            "program so each formula's value is stored, or replace the formulas by values",
+            path=str(path),
+        )
 
 
 def _xlsx_header(data: bytes, sheet: str) -> list[str]:
@@ -451,9 +486,40 @@ def normalise_types(table: pa.Table) -> pa.Table:
                 f"column {field.name!r} is {field.type} with values that do not fit {kept} exactly "
                 f"({str(exc).splitlines()[0]}); store them as a decimal or as text"
             ) from exc
+        _refuse_out_of_years(field.name, t, column)
         fields.append(pa.field(field.name, t))
         arrays.append(column)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+# 0001-01-01 and 9999-12-31 as days, and their first and last microsecond, since 1970-01-01.
+_DAYS = (-719_162, 2_932_896)
+_MICROSECONDS = (-62_135_596_800_000_000, 253_402_300_799_999_999)
+
+
+def _refuse_out_of_years(name: str, t: pa.DataType, column: pa.ChunkedArray) -> None:
+    """Refuse a date or timestamp outside the years 0001-9999 (year 0 pages fail in every reader later).
+
+    Raises:
+        InvalidFile: Naming the column, the first such value and its data row.
+    """
+    if pa.types.is_date32(t):
+        low, high = _DAYS
+        numbers = column.cast(pa.int32())
+    elif pa.types.is_timestamp(t) and t.unit == "us":
+        low, high = _MICROSECONDS
+        numbers = column.cast(pa.int64())
+    else:
+        return
+    outside = pc.or_(pc.less(numbers, low), pc.greater(numbers, high))
+    if not pc.any(outside).as_py():
+        return
+    row = pc.index(outside, True).as_py()
+    shown = pc.cast(column.slice(row, 1), pa.string())[0].as_py()
+    raise InvalidFile(
+        f"column {name!r} has {shown!r} (data row {row + 1}), outside the years 0001-9999 that dates and "
+        "timestamps can hold; correct it in the file"
+    )
 
 
 def _normalised(t: pa.DataType, column: pa.ChunkedArray) -> tuple[pa.DataType, pa.ChunkedArray]:

@@ -712,7 +712,9 @@ def read_page(
         if rows is None:
             sql = f"SELECT * FROM {source}{where}{order} LIMIT ? OFFSET ?"
             rows = _run(sql, [*source_params, *where_params, int(limit), int(offset)], path).to_arrow_table()
-        frame = rows.to_pandas()
+        # A whole-number column with a NULL would become float64 (BIGINT 2**63-1 rounded, 127 as 127.0):
+        # such columns hold Python ints and None instead.
+        frame = rows.to_pandas(integer_object_nulls=True)
         if total is None:
             row = _run(f"SELECT count(*) FROM {source}{where}", [*source_params, *where_params], path).fetchone()
             total = int(row[0]) if row else 0

@@ -38,6 +38,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from core import audit, disk, metrics, reads
@@ -902,6 +904,8 @@ def overlay_page(
         overlay=overlay,
     )
     frame = page.rows.astype(object)
+    for name in page.rows.columns[page.rows.dtypes == np.float32]:  # keep FLOAT values float32 (shortest text)
+        frame[name] = pd.Series(list(page.rows[name].to_numpy()), index=frame.index, dtype=object)
     changes: list[str] = []
     edited: list[list[str]] = []
     for row_id in frame["row_id"] if len(frame) else []:

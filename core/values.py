@@ -8,7 +8,14 @@ the column and the value. Nothing is rounded, truncated, clamped or blanked:
 - decimals take at most the column's scale and precision;
 - floating columns refuse overflow (``1e400``); NaN and ±Infinity only where allowed;
 - dates refuse a time part; timestamps without a zone refuse a zone or offset;
-- booleans take true/false (and t/f, yes/no, 1/0).
+- booleans take true/false (and t/f, yes/no, 1/0);
+- dates and timestamps stay within the years 0001-9999 every reader supports, and a local
+  time in a named zone's DST gap or repeated hour is refused (give an offset instead);
+- text with a lone surrogate (no character, and no UTF-8 for it) is refused.
+
+JSON that carries values (API bodies, ``--add-row``) is read with ``load_json``: numbers keep
+their exact text (Python ints and Decimals, never floats), and the non-standard literals
+``NaN`` and ``Infinity`` are refused.
 
 ``canonical_text`` returns the value as DuckDB prints it in the column's type, which is
 how sessions store and compare cell values.
@@ -16,9 +23,12 @@ how sessions store and compare cell values.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
+import zoneinfo
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -48,6 +58,11 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 _NAIVE_TIME = re.compile(r"[ T](?:[01]\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:\.(\d{1,9}))?)?", re.ASCII)
 # A zone after the time: Z, +01, +01:00, +0100, or a named zone such as "Europe/Paris" or "UTC".
 _ZONE = re.compile(r"(?:[zZ]|[+-]\d{2}(?::?\d{2})?|\s*[A-Za-z_]+(?:/[A-Za-z_]+)*)$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# The years every reader (Python, pandas, Spark, Excel) can hold.
+MIN_YEAR, MAX_YEAR = 1, 9999
+# What DuckDB prints for a date or timestamp before year 1 ("0001-01-01 (BC)") or after 9999.
+_OUT_OF_YEARS = re.compile(r"-|\d{5}|.*\(BC\)", re.ASCII)
 # Fraction digits a timestamp type keeps; more would be cut off.
 _TIMESTAMP_DIGITS = {"TIMESTAMP_S": 0, "TIMESTAMP_MS": 3, "TIMESTAMP_NS": 9}
 
@@ -110,6 +125,8 @@ def check_value(
     if value is None:
         return None
     raw = _as_text(value)
+    if _SURROGATE.search(raw):
+        raise _refuse(raw, column, row_id, "holds a lone surrogate (\\ud800-\\udfff), which is no character")
     family = type_family(duck_type)
     if family in ("text", "nested", "other"):
         return raw
@@ -164,6 +181,7 @@ def check_value(
         if not _DATE.fullmatch(text):
             why = "has a time part; a DATE holds only the day" if _DATE.match(text) else "is not a date (YYYY-MM-DD)"
             raise _refuse(raw, column, row_id, why)
+        _check_year(text, raw, column, row_id)
         return text
     if family in ("timestamp", "timestamptz"):
         _check_timestamp(text, raw, column, row_id, duck_type.upper().strip(), zoned=family == "timestamptz")
@@ -183,10 +201,33 @@ def _check_timestamp(text: str, raw: str, column: str, row_id: str | None, duck_
         raise _refuse(raw, column, row_id, why or f"is not a timestamp ({shape})")
     if zone and not _ZONE.fullmatch(zone):
         raise _refuse(raw, column, row_id, f"is not a timestamp ({shape})")
+    _check_year(text, raw, column, row_id)
+    if zone.strip() and zone.strip()[0].isalpha() and zone.strip().upper() not in ("Z", "UTC"):
+        _check_local_time(text[:10] + rest[: time.end()] if time else text[:10], zone.strip(), raw, column, row_id)
     fraction = time.group(1) if time else None
     digits = _TIMESTAMP_DIGITS.get(duck_type, 6)
     if fraction and len(fraction.rstrip("0")) > digits:
         raise _refuse(raw, column, row_id, f"has more than {digits} fraction digits of a second ({duck_type})")
+
+
+def _check_year(text: str, raw: str, column: str, row_id: str | None) -> None:
+    if not MIN_YEAR <= int(text[:4]) <= MAX_YEAR:
+        raise _refuse(raw, column, row_id, f"is before year {MIN_YEAR:04d}; dates run from 0001-01-01 to 9999-12-31")
+
+
+def _check_local_time(local: str, zone: str, raw: str, column: str, row_id: str | None) -> None:
+    """Refuse a local time its named zone skips (a DST gap) or shows twice (the hour clocks go back)."""
+    try:
+        tz = zoneinfo.ZoneInfo(zone)
+        naive = dt.datetime.fromisoformat(local.replace(" ", "T"))
+    except (ValueError, OSError, zoneinfo.ZoneInfoNotFoundError):
+        return  # an unknown zone or a bad calendar day: DuckDB's cast refuses it
+    earlier, later = naive.replace(tzinfo=tz, fold=0), naive.replace(tzinfo=tz, fold=1)
+    if earlier.utcoffset() == later.utcoffset():
+        return
+    skipped = earlier.astimezone(dt.UTC).astimezone(tz).replace(tzinfo=None) != naive
+    why = "never happens in" if skipped else "happens twice in"
+    raise _refuse(raw, column, row_id, f"{why} {zone} (a daylight-saving change); give a UTC offset such as +01:00")
 
 
 def _stored_float(number: Decimal, duck_type: str) -> str:
@@ -234,9 +275,60 @@ def canonical_text(
     if row is None or row[0] is None:
         raise _refuse(_as_text(value), column, row_id, f"is not a valid {duck_type} value")
     shown = str(row[0])
+    if type_family(duck_type) in ("date", "timestamp", "timestamptz") and _OUT_OF_YEARS.match(shown):
+        why = f"is {shown} in UTC, outside the years {MIN_YEAR:04d}-{MAX_YEAR}"
+        raise _refuse(_as_text(value), column, row_id, why)
     # A float whose shortest text is the typed one may still print as another number
     # (FLOAT 34000010 is stored as 34000008, and DuckDB prints that): what is shown is what lands.
     if type_family(duck_type) == "float" and text.lower() not in _NON_FINITE and _decimal(shown) != _decimal(text):
         why = f"has more digits than {duck_type} holds; it would become {shown}"
         raise _refuse(_as_text(value), column, row_id, why)
     return shown
+
+
+@dataclass(frozen=True)
+class _Literal:
+    """A non-standard JSON literal (``NaN``, ``Infinity``, ``-Infinity``), held until its place is known."""
+
+    name: str
+
+
+def load_json(text: str | bytes, *, field: str) -> Any:
+    """JSON text as Python values with every number exact: ints stay ints, fractions become Decimals.
+
+    Args:
+        text: The JSON document.
+        field: What the document is (``--add-row``, ``body``); a message names the place
+            inside it too (``body.set[0].value``).
+
+    Raises:
+        json.JSONDecodeError: ``text`` is not JSON at all.
+        InvalidInput: The non-standard literals ``NaN``, ``Infinity`` or ``-Infinity``, an
+            integer too long to read, or a string with a lone surrogate.
+    """
+    try:
+        document = json.loads(text, parse_float=Decimal, parse_constant=_Literal)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as exc:  # an integer past Python's digit limit for text
+        raise InvalidInput(f"{field}: {str(exc).splitlines()[0]}", field=field) from exc
+    _refuse_non_standard(document, field)
+    return document
+
+
+def _refuse_non_standard(value: Any, where: str) -> None:
+    if isinstance(value, _Literal):
+        raise InvalidInput(
+            f"{where}: {value.name} is not a JSON number; send a number, or the text {json.dumps(value.name)}",
+            field=where,
+        )
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise InvalidInput(f"{where} holds a lone surrogate (\\ud800-\\udfff), which is no character", field=where)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_non_standard(key, where)
+            _refuse_non_standard(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_non_standard(item, f"{where}[{i}]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -301,3 +302,32 @@ def test_row_id_column_is_read_as_is(tmp_path: Path) -> None:
     """``row_id`` is only refused when the dataset derives its own ids (see test_datasets)."""
     path = _csv(tmp_path / "ids.csv", "row_id,name\na,ada\n")
     assert read_table_file(path).column_names == ["row_id", "name"]
+
+
+# ---------------------------------------------------------------- issue 25 §4: no silent NULL, no year 0
+
+
+def test_xlsx_formulas_without_a_computed_value_are_refused_naming_the_cells(tmp_path: Path) -> None:
+    # openpyxl saves formulas without their results, as any tool that does not compute them does.
+    path = _xlsx(tmp_path / "f.xlsx", {"Prices": [("id", "net", "gross"), (1, 10, "=B2*1.2"), (2, 20, "=B3*1.2")]})
+    with pytest.raises(InvalidFile, match=r"formula cells without a computed value \(Prices!C2, Prices!C3\)"):
+        read_table_file(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("id,day\n1,2024-01-01\n2,0000-01-01\n", "'0000-01-01' (data row 2)"),
+        ("id,at\n1,0000-03-01 10:00:00\n", "'0000-03-01 10:00:00.000000Z' (data row 1)"),
+    ],
+)
+def test_dates_before_year_one_are_refused_naming_the_value(tmp_path: Path, text: str, shown: str) -> None:
+    with pytest.raises(InvalidFile, match=re.escape(f"{shown}, outside the years 0001-9999")):
+        read_table_file(_csv(tmp_path / "old.csv", text))
+
+
+def test_a_parquet_date_before_year_one_is_refused(tmp_path: Path) -> None:
+    days = pa.array([-719_162, -719_163], pa.int32()).cast(pa.date32())  # 0001-01-01 and the day before
+    path = _parquet(tmp_path / "old.parquet", pa.table({"id": [1, 2], "day": days}))
+    with pytest.raises(InvalidFile, match=r"column 'day' has '0000-12-31' \(data row 2\)"):
+        read_table_file(path)

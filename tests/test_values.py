@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 
 from core.errors import InvalidInput
-from core.values import canonical_text, check_value, decimal_shape, type_family
+from core.values import canonical_text, check_value, decimal_shape, load_json, type_family
 
 ACCEPTED = [
     ("BIGINT", "7", "7"),
@@ -169,3 +171,75 @@ def test_type_family(duck_type: str, family: str) -> None:
 def test_decimal_shape() -> None:
     assert decimal_shape("DECIMAL(10, 2)") == (10, 2)
     assert decimal_shape("DOUBLE") is None
+
+
+# ---------------------------------------------------------------- issue 25 §4: years, local times, surrogates, JSON
+
+
+@pytest.mark.parametrize(
+    ("duck_type", "value", "message"),
+    [
+        ("DATE", "0000-01-01", "before year 0001"),
+        ("TIMESTAMP", "0000-12-31 23:00:00", "before year 0001"),
+        ("TIMESTAMP WITH TIME ZONE", "0000-06-01 00:00:00+00:00", "before year 0001"),
+        # Valid as typed, but outside the years once in UTC:
+        ("TIMESTAMP WITH TIME ZONE", "0001-01-01 00:00:00+01:00", r"\(BC\).*outside the years 0001-9999"),
+        ("TIMESTAMP WITH TIME ZONE", "9999-12-31 23:30:00-01:00", "10000-01-01.*outside the years 0001-9999"),
+        ("TIMESTAMP WITH TIME ZONE", "2026-03-29 02:30:00 Europe/Paris", "never happens in Europe/Paris"),
+        ("TIMESTAMP WITH TIME ZONE", "2026-10-25 02:30:00 Europe/Paris", "happens twice in Europe/Paris"),
+        ("VARCHAR", "a\ud800b", "lone surrogate"),
+        ("BIGINT", "\udcff", "lone surrogate"),
+    ],
+)
+def test_dates_outside_the_years_shifted_local_times_and_surrogates_are_refused(
+    duck_type: str, value: str, message: str
+) -> None:
+    with pytest.raises(InvalidInput, match=message) as caught:
+        canonical_text(value, column="c", duck_type=duck_type, row_id="1")
+    assert "row '1', column 'c'" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("duck_type", "value", "shown"),
+    [
+        ("DATE", "0001-01-01", "0001-01-01"),
+        ("DATE", "9999-12-31", "9999-12-31"),
+        ("TIMESTAMP WITH TIME ZONE", "2026-03-29 03:30:00 Europe/Paris", "2026-03-29 01:30:00+00"),
+        ("TIMESTAMP WITH TIME ZONE", "2026-10-25 02:30:00+01:00", "2026-10-25 01:30:00+00"),
+        ("TIMESTAMP WITH TIME ZONE", "2026-10-25 02:30:00 UTC", "2026-10-25 02:30:00+00"),
+    ],
+)
+def test_the_edges_of_the_years_and_unambiguous_local_times_land(duck_type: str, value: str, shown: str) -> None:
+    assert canonical_text(value, column="c", duck_type=duck_type) == shown
+
+
+def test_load_json_keeps_every_digit() -> None:
+    text = '{"big": 9007199254740993.0, "money": 12345678901234567890.123, "n": 7, "e": 1e400}'
+    document = load_json(text, field="b")
+    assert document == {
+        "big": Decimal("9007199254740993.0"),
+        "money": Decimal("12345678901234567890.123"),
+        "n": 7,
+        "e": Decimal("1e400"),
+    }
+    assert canonical_text(document["big"], column="big", duck_type="BIGINT") == "9007199254740993"
+    money = canonical_text(document["money"], column="m", duck_type="DECIMAL(38,10)")
+    assert money == "12345678901234567890.1230000000"
+    with pytest.raises(InvalidInput, match="out of range for DOUBLE"):
+        canonical_text(document["e"], column="e", duck_type="DOUBLE")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"set": [{"value": NaN}]}', r"^body\.set\[0\]\.value: NaN is not a JSON number"),
+        ("[1, -Infinity]", r"^body\[1\]: -Infinity is not a JSON number"),
+        ('{"a": Infinity}', r"^body\.a: Infinity is not a JSON number"),
+        ('{"a": {"b": "x\\ud800"}}', r"^body\.a\.b holds a lone surrogate"),
+        ('{"\\udfff": 1}', r"^body holds a lone surrogate"),
+        ("1" * 5000, "^body: Exceeds the limit"),
+    ],
+)
+def test_load_json_refuses_non_standard_literals_and_surrogates_naming_the_place(text: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        load_json(text, field="body")

@@ -133,7 +133,9 @@ DAMAGE = {
     "deleted-data-file": (_delete_data_file, "files", "is missing"),
     "deleted-deletion-vector": (_delete_deletion_vector, "files", "is missing"),
     "truncated-last-commit": (_truncate_last_commit, "log", "is not valid JSON"),
-    "last-commit-cut-at-a-line": (_cut_last_commit_at_a_line, "log", "adds files holding 0 of the 1 rows its commitInfo wrote"),
+    "last-commit-cut-at-a-line": (
+        _cut_last_commit_at_a_line, "log", "adds files holding 0 of the 1 rows its commitInfo wrote"
+    ),
     "emptied-last-commit": (_empty_last_commit, "log", "is empty"),
     "last-commit-without-commit-info": (_drop_commit_info, "log", "has no commitInfo"),
 }

@@ -1,10 +1,11 @@
 """Browser accessibility audit: axe-core checks every page, as the role that uses it, on the shared server.
 
-Each role passes the sign-in page, signs in once and opens its pages from the sidebar, as a person would; once a page has
-drawn its last section, axe-core (the copy ``axe-playwright-python`` ships) audits the whole
-document. Any serious or critical violation fails the test, and so does a skipped heading level
-(axe rates it moderate, but screen-reader users move through a page by its heading outline).
-The pages are only looked at: nothing is written, so the other modules' server stays as seeded.
+Each role passes the sign-in page, signs in once and opens its pages from the sidebar, as a
+person would; once a page has drawn its last section, axe-core (the copy
+``axe-playwright-python`` ships) audits the whole document. Any serious or critical
+violation fails the test, and so does a skipped heading level (axe rates it moderate, but
+screen-reader users move through a page by its heading outline). The pages are only
+looked at: nothing is written, so the other modules' server stays as seeded.
 """
 
 from __future__ import annotations

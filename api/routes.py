@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 
-from api import jobs
+from api import errors, jobs
 from core import (
     auth,
     change_requests,
@@ -40,7 +40,11 @@ from core.catalog import Catalog, open_catalog
 from core.errors import AuthenticationFailed, InvalidInput
 from core.filters import parse_where
 
-router = APIRouter(prefix="/api/v1")
+router = APIRouter(prefix="/api/v1", responses=errors.RESPONSES)
+# A state-changing call made with ``Prefer: respond-async`` where the route allows it.
+_ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "Started in the background (`Prefer: respond-async`): poll the `Location`'s operation"}
+}
 _bearer = HTTPBearer(auto_error=False, description="A personal access token from `oreo token create`.")
 
 
@@ -375,7 +379,7 @@ class ApproveBody(_Reviewed):
     comment: str | None = None
 
 
-@router.post("/change-requests/{cr_id}/approve", tags=["change requests"])
+@router.post("/change-requests/{cr_id}/approve", tags=["change requests"], responses=_ACCEPTED)
 def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
     """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
     body = body or ApproveBody()
@@ -501,7 +505,7 @@ class RestoreBody(_Body):
     reason: str
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"])
+@router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"], responses=_ACCEPTED)
 def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> Response:
     """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
     catalog = _catalog()
@@ -546,7 +550,7 @@ def export(
 # ---------------------------------------------------------------- imports and maintenance
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201)
+@router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201, responses=_ACCEPTED)
 def import_file(
     project_id: str,
     dataset_id: str,
@@ -614,7 +618,7 @@ class MaintenanceBody(_Body):
     checkpoint: bool = False
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"])
+@router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"], responses=_ACCEPTED)
 def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> Response:
     """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
     if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):

@@ -10,10 +10,10 @@ import hashlib
 import shutil
 import tempfile
 from contextlib import ExitStack
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,6 +30,7 @@ from core import (
     history,
     import_folders,
     imports,
+    layout,
     maintenance,
     merge,
     projects,
@@ -70,6 +71,14 @@ def caller(
 
 Caller = Annotated[auth.User, Depends(caller)]
 
+# Every id Oreo makes or accepts (core.layout.ID_PATTERN), stated where the schema can show it.
+ID_PATTERN = "^" + layout.ID_PATTERN.pattern + "$"
+ProjectId = Annotated[str, Path(pattern=ID_PATTERN, description="A project id")]
+DatasetId = Annotated[str, Path(pattern=ID_PATTERN, description="A dataset id")]
+SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="A live-edit session id")]
+CrId = Annotated[str, Path(pattern=ID_PATTERN, description="A change request id")]
+OperationId = Annotated[str, Path(pattern=ID_PATTERN, description="An operation id (the 202's Location)")]
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -78,6 +87,15 @@ class _Body(BaseModel):
 def _document(doc: dict[str, Any], status: int = 200) -> Response:
     """A CLI document as the response body, encoded once (``core.documents.encode``: strict JSON)."""
     return Response(documents.encode(doc), status_code=status, media_type="application/json")
+
+
+# Where things live on the server's disk: the CLI's documents show them to the operator; the API never does.
+_SERVER_PATHS = ("path", "report")
+
+
+def _public(doc: dict[str, Any]) -> dict[str, Any]:
+    """A CLI document without its server paths (the dataset's folder, a maintenance report's file)."""
+    return {key: value for key, value in doc.items() if key not in _SERVER_PATHS}
 
 
 def _respond(answer: jobs.Answer, *, replayed: bool = False) -> Response:
@@ -136,7 +154,7 @@ def health() -> dict[str, str]:
 
 
 @router.get("/operations/{op_id}", tags=["service"])
-def operation(op_id: str, user: Caller) -> dict[str, Any]:
+def operation(op_id: OperationId, user: Caller) -> dict[str, Any]:
     """A long operation started with ``Prefer: respond-async``: running, succeeded (with its result) or failed."""
     return jobs.operation_document(_catalog(), op_id, user)
 
@@ -162,14 +180,14 @@ def project_create(body: ProjectCreate, user: Caller) -> Response:
 
 
 @router.get("/projects/{project_id}/datasets", tags=["datasets"])
-def dataset_list(project_id: str, user: Caller) -> dict[str, Any]:
+def dataset_list(project_id: ProjectId, user: Caller) -> dict[str, Any]:
     found = datasets.list_datasets(_catalog(), actor=user, project_id=project_id)
-    return {"datasets": [documents.dataset_doc(i) for i in found]}
+    return {"datasets": [_public(documents.dataset_doc(i)) for i in found]}
 
 
 @router.post("/projects/{project_id}/datasets", tags=["datasets"], status_code=201)
 def dataset_create(
-    project_id: str,
+    project_id: ProjectId,
     user: Caller,
     dataset_id: Annotated[str, Form(description="The new dataset's id")],
     file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
@@ -179,19 +197,19 @@ def dataset_create(
     """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
     with imports.saved_upload(file.file, file.filename or "upload") as source:
         info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
-    return _document(documents.dataset_doc(info), 201)
+    return _document(_public(documents.dataset_doc(info)), 201)
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
-def dataset_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+def dataset_show(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> dict[str, Any]:
     info = datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)
-    return documents.dataset_show_doc(info, datasets.dataset_columns(info))
+    return _public(documents.dataset_show_doc(info, datasets.dataset_columns(info)))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rows", tags=["datasets"])
 def dataset_rows(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
     limit: int = 50,
     offset: int = 0,
@@ -221,13 +239,13 @@ def dataset_rows(
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])
-def rules_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+def rules_show(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> dict[str, Any]:
     """The dataset's ExpectationSuite (GX JSON)."""
     return datasets.dataset_rules(_catalog(), project_id, dataset_id, actor=user)
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules/proposal", tags=["datasets"])
-def rules_propose(project_id: str, dataset_id: str, user: Caller) -> Response:
+def rules_propose(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> Response:
     """Rules inferred from the data beside the current ones, as ``oreo rules propose``; nothing is stored."""
     proposal = datasets.propose_dataset_rules(_catalog(), project_id, dataset_id, actor=user)
     return _document(documents.rule_proposal_doc(proposal))
@@ -239,7 +257,7 @@ class AcceptRulesBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/rules/accept", tags=["datasets"])
-def rules_accept(project_id: str, dataset_id: str, body: AcceptRulesBody, user: Caller) -> Response:
+def rules_accept(project_id: ProjectId, dataset_id: DatasetId, body: AcceptRulesBody, user: Caller) -> Response:
     """Accept proposed rules (admins), as ``oreo rules accept``; a rule a person wrote or edited is kept."""
     if body.all == bool(body.rules):
         raise InvalidInput('send "rules": [names] or "all": true, not both', field="rules")
@@ -266,7 +284,7 @@ class EditsBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])
-def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dict[str, Any]:
+def edit(project_id: ProjectId, dataset_id: DatasetId, body: EditsBody, user: Caller) -> dict[str, Any]:
     """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one)."""
     ops: list[sessions.EditOp] = [sessions.SetCell(c.row_id, c.column, c.value) for c in body.set]
     ops += [sessions.DeleteRow(r) for r in body.delete_rows]
@@ -285,7 +303,7 @@ def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dic
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"])
-def session_show(session_id: str, user: Caller) -> Response:
+def session_show(session_id: SessionId, user: Caller) -> Response:
     info = sessions.get_session(_catalog(), session_id, actor=user)
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
     return _document(documents.session_doc(info, edits))
@@ -301,7 +319,7 @@ class SubmitBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/change-requests", tags=["change requests"], status_code=201)
-def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Request, user: Caller) -> Response:
+def cr_submit(project_id: ProjectId, dataset_id: DatasetId, body: SubmitBody, request: Request, user: Caller) -> Response:
     """Submit a session's edits as a change request (staged, then validated)."""
     catalog = _catalog()
 
@@ -332,7 +350,7 @@ def cr_list(
 
 @router.get("/change-requests/{cr_id}", tags=["change requests"])
 def cr_show(
-    cr_id: str,
+    cr_id: CrId,
     user: Caller,
     limit: int = 10_000,
     offset: int = 0,
@@ -380,7 +398,7 @@ class ApproveBody(_Reviewed):
 
 
 @router.post("/change-requests/{cr_id}/approve", tags=["change requests"], responses=_ACCEPTED)
-def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
+def cr_approve(cr_id: CrId, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
     """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
     body = body or ApproveBody()
     catalog = _catalog()
@@ -406,7 +424,7 @@ class ReasonBody(_Reviewed):
 
 
 @router.post("/change-requests/{cr_id}/reject", tags=["change requests"])
-def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+def cr_reject(cr_id: CrId, body: ReasonBody, user: Caller) -> dict[str, Any]:
     cr = change_requests.reject_change_request(
         _catalog(), cr_id, actor=user, reason=body.reason, expected_revision=body.revision, expected_digest=body.digest
     )
@@ -414,12 +432,12 @@ def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
 
 
 @router.post("/change-requests/{cr_id}/withdraw", tags=["change requests"])
-def cr_withdraw(cr_id: str, user: Caller) -> dict[str, Any]:
+def cr_withdraw(cr_id: CrId, user: Caller) -> dict[str, Any]:
     return documents.state_doc(change_requests.withdraw_change_request(_catalog(), cr_id, actor=user))
 
 
 @router.post("/change-requests/{cr_id}/request-changes", tags=["change requests"])
-def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+def cr_request_changes(cr_id: CrId, body: ReasonBody, user: Caller) -> dict[str, Any]:
     cr = change_requests.request_changes(
         _catalog(), cr_id, body.reason, actor=user, expected_revision=body.revision, expected_digest=body.digest
     )
@@ -427,7 +445,7 @@ def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, 
 
 
 @router.post("/change-requests/{cr_id}/revise", tags=["change requests"])
-def cr_revise(cr_id: str, user: Caller) -> Response:
+def cr_revise(cr_id: CrId, user: Caller) -> Response:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
     return _document(documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user)))
@@ -440,7 +458,7 @@ class ResolveBody(_Body):
 
 
 @router.post("/change-requests/{cr_id}/resolve", tags=["change requests"])
-def cr_resolve(cr_id: str, body: ResolveBody, user: Caller) -> Response:
+def cr_resolve(cr_id: CrId, body: ResolveBody, user: Caller) -> Response:
     """The author settles one conflict; the result is the request's next revision, with the conflicts left."""
     catalog = _catalog()
     cr = conflicts.resolve_conflict(catalog, cr_id, body.row_id, body.column, body.choice, actor=user)
@@ -456,7 +474,7 @@ class CommentBody(_Body):
 
 
 @router.post("/change-requests/{cr_id}/comments", tags=["change requests"], status_code=201)
-def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
+def cr_comment(cr_id: CrId, body: CommentBody, user: Caller) -> Response:
     """Comment on a change request, or on one cell of its diff (row_id and column)."""
     comment = change_requests.add_comment(
         _catalog(), cr_id, body.text, actor=user, row_id=body.row_id, column=body.column
@@ -469,8 +487,8 @@ def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/history", tags=["history"])
 def history_list(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
     limit: int | None = None,
     offset: int = 0,
@@ -485,8 +503,8 @@ def history_list(
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/diff", tags=["history"])
 def version_diff(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
     from_version: Annotated[int, Query(alias="from")],
     to_version: Annotated[int, Query(alias="to")],
@@ -506,7 +524,7 @@ class RestoreBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"], responses=_ACCEPTED)
-def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> Response:
+def restore(project_id: ProjectId, dataset_id: DatasetId, body: RestoreBody, request: Request, user: Caller) -> Response:
     """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
     catalog = _catalog()
 
@@ -524,17 +542,22 @@ def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Reques
     responses={200: {"content": {"application/vnd.apache.parquet": {}, "text/csv": {}}}},
 )
 def export(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
     version: int | None = None,
     format: Literal["parquet", "csv"] = "parquet",  # the issue names the parameter
+    raw: Annotated[
+        bool, Query(description="CSV: text cells as they are (default: a leading ' before =, +, -, @, tab or CR)")
+    ] = False,
 ) -> FileResponse:
     """Every column of a version as one Parquet or CSV file, streamed from disk (constant memory)."""
-    folder = Path(tempfile.mkdtemp(prefix="oreo-export-"))
+    folder = FilePath(tempfile.mkdtemp(prefix="oreo-export-"))
     try:
         name = f"{project_id}-{dataset_id}.{format}"
-        result = history.export_version(_catalog(), project_id, dataset_id, folder / name, actor=user, version=version)
+        result = history.export_version(
+            _catalog(), project_id, dataset_id, folder / name, actor=user, version=version, raw=raw
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -552,8 +575,8 @@ def export(
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201, responses=_ACCEPTED)
 def import_file(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     request: Request,
     user: Caller,
     file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
@@ -601,7 +624,7 @@ def import_file(
     return response
 
 
-def _file_digest(path: Path) -> str:
+def _file_digest(path: FilePath) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -619,7 +642,7 @@ class MaintenanceBody(_Body):
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"], responses=_ACCEPTED)
-def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> Response:
+def maintain(project_id: ProjectId, dataset_id: DatasetId, body: MaintenanceBody, request: Request, user: Caller) -> Response:
     """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
     if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):
         raise InvalidInput("nothing to do: choose at least one of optimize, zorder, vacuum, checkpoint")
@@ -630,7 +653,7 @@ def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: R
             catalog, project_id, dataset_id, actor=user, optimize=body.optimize, zorder=body.zorder,
             vacuum=body.vacuum, retain_hours=body.retain_hours, force=body.force, checkpoint=body.checkpoint,
         )  # fmt: skip
-        return 200, report
+        return 200, _public(report)
 
     return _act(request, user, "maintenance", body.model_dump(), work, can_async=True)
 
@@ -644,4 +667,4 @@ class CleanupBody(_Body):
 def cleanup(body: CleanupBody, user: Caller) -> Response:
     """Remove expired sessions, staging tables of closed requests and orphan imports."""
     report = maintenance.cleanup(_catalog(), actor=user, ttl_hours=body.ttl_hours, dry_run=body.dry_run)
-    return _document(report)
+    return _document(_public(report))

@@ -914,13 +914,42 @@ def _run_restore(main: Location, name: str, version: int, commit: engine.CommitI
 # ---------------------------------------------------------------- export
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list), as a DuckDB regex.
+_FORMULA_START = "^[=+\\-@\t\r]"
+
+
+def _spreadsheet_safe_columns(scan: str) -> str:
+    """The select list that prefixes ``'`` to text cells starting like a formula (other types as they are)."""
+    pattern = reads.quote_literal(_FORMULA_START)
+    selected = []
+    for name, column_type, *_ in reads.cursor().execute(f"DESCRIBE SELECT * FROM {scan}").fetchall():
+        column = reads.quote_ident(name)
+        if str(column_type).upper() == "VARCHAR":
+            quote = reads.quote_literal("'")
+            selected.append(
+                f"CASE WHEN regexp_matches({column}, {pattern}) THEN {quote} || {column} ELSE {column} END AS {column}"
+            )
+        else:
+            selected.append(column)
+    return ", ".join(selected)
+
+
 def export_version(
-    catalog: Catalog, project_id: str, dataset_id: str, out: Path, *, actor: User, version: int | None = None
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    out: Path,
+    *,
+    actor: User,
+    version: int | None = None,
+    raw: bool = False,
 ) -> ExportResult:
     """Write every column (``row_id`` included) of a version to ``out`` (.parquet or .csv).
 
     The file is written next to ``out`` under a temporary name and renamed, so a failure
-    leaves nothing behind.
+    leaves nothing behind. In a CSV, a text cell that a spreadsheet would run as a formula
+    (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR) gets a leading ``'`` unless
+    ``raw``; numbers, dates and booleans are written as they are.
 
     Raises:
         InvalidInput: An unsupported suffix, ``out`` is a folder, or its folder is missing.
@@ -944,10 +973,9 @@ def export_version(
     chosen = _readable(log, f"{project_id}/{dataset_id}", log.latest if version is None else int(version))
     temporary = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
-    sql = (
-        f"COPY (SELECT * FROM delta_scan({reads.quote_literal(str(main))}, version => {chosen})) "
-        f"TO {reads.quote_literal(str(temporary))} ({options})"
-    )
+    scan = f"delta_scan({reads.quote_literal(str(main))}, version => {chosen})"
+    columns = "*" if fmt == "parquet" or raw else _spreadsheet_safe_columns(scan)
+    sql = f"COPY (SELECT {columns} FROM {scan}) TO {reads.quote_literal(str(temporary))} ({options})"
     try:
         row = reads.cursor().execute(sql).fetchone()
         os.replace(temporary, out)

@@ -17,9 +17,11 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import prometheus_client
 from fastapi import FastAPI, Response
+from fastapi.openapi.utils import get_openapi
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -246,9 +248,37 @@ def create_app() -> FastAPI:
         """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
+    app.openapi = lambda: _published_schema(app)  # type: ignore[method-assign]
     app.add_middleware(_Guard)
     app.add_middleware(_Observe)
     return app
+
+
+def _published_schema(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's OpenAPI document, with form fields as a multipart body can send them.
+
+    A form has no null: an optional field is one left out, so ``anyOf [X, null]`` becomes ``X``
+    (else a client sends the text "null" and is refused).
+    """
+    if app.openapi_schema is None:
+        document = get_openapi(
+            title=app.title, version=app.version, summary=app.summary, routes=app.routes, openapi_version="3.1.0"
+        )
+        forms = {
+            operation["requestBody"]["content"]["multipart/form-data"]["schema"].get("$ref", "").rsplit("/", 1)[-1]
+            for path in document.get("paths", {}).values()
+            for operation in path.values()
+            if "multipart/form-data" in operation.get("requestBody", {}).get("content", {})
+        }
+        for name, schema in document.get("components", {}).get("schemas", {}).items():
+            if name in forms:
+                for field in schema.get("properties", {}).values():
+                    options = [o for o in field.get("anyOf", []) if o.get("type") != "null"]
+                    if len(options) == 1 and len(field["anyOf"]) == 2:
+                        del field["anyOf"]
+                        field.update(options[0])
+        app.openapi_schema = document
+    return app.openapi_schema
 
 
 def serve(*, host: str = "127.0.0.1", port: int = 8600) -> None:

@@ -70,6 +70,8 @@ def caller(
 
 
 Caller = Annotated[auth.User, Depends(caller)]
+Limit = Annotated[int, Query(ge=1, le=10_000, description="Page size")]
+Offset = Annotated[int, Query(ge=0, description="Items to skip")]
 
 # Every id Oreo makes or accepts (core.layout.ID_PATTERN), stated where the schema can show it.
 ID_PATTERN = "^" + layout.ID_PATTERN.pattern + "$"
@@ -81,7 +83,13 @@ OperationId = Annotated[str, Path(pattern=ID_PATTERN, description="An operation 
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON body's types are as the schema states them (no "0" or 0 for false).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _one_of_these(*alternatives: dict[str, Any]) -> dict[str, Any]:
+    """A body schema's "at least one of these" rule, stated as JSON Schema ``anyOf`` for clients and fuzzers."""
+    return {"anyOf": [{"required": list(a), "properties": a} for a in alternatives]}
 
 
 def _document(doc: dict[str, Any], status: int = 200) -> Response:
@@ -168,7 +176,7 @@ def project_list(user: Caller) -> dict[str, Any]:
 
 
 class ProjectCreate(_Body):
-    id: str
+    id: str = Field(pattern=ID_PATTERN, description="The new project's id")
     name: str | None = None
 
 
@@ -189,7 +197,7 @@ def dataset_list(project_id: ProjectId, user: Caller) -> dict[str, Any]:
 def dataset_create(
     project_id: ProjectId,
     user: Caller,
-    dataset_id: Annotated[str, Form(description="The new dataset's id")],
+    dataset_id: Annotated[str, Form(pattern=ID_PATTERN, description="The new dataset's id")],
     file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
     key: Annotated[str | None, Form(description="Column whose values become row_id")] = None,
     sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
@@ -211,21 +219,28 @@ def dataset_rows(
     project_id: ProjectId,
     dataset_id: DatasetId,
     user: Caller,
-    limit: int = 50,
-    offset: int = 0,
-    version: int | None = None,
-    order_by: str | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    version: Annotated[int | None, Query(ge=0, description="A version of main (default: the latest)")] = None,
+    order_by: Annotated[str | None, Query(min_length=1, description="A column to sort by")] = None,
     desc: bool = False,
     where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
-    session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
+    session_id: Annotated[
+        str | None, Query(pattern=ID_PATTERN, description="Apply this live-edit session's overlay (not with version)")
+    ] = None,
 ) -> Response:
     """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
     catalog = _catalog()
-    conditions = [parse_where(text) for text in where or []]
     if session_id is not None:
         if version is not None:
             raise InvalidInput("session_id shows pending edits over the latest version; drop version", field="version")
         _session_on(catalog, session_id, project_id, dataset_id, user)
+    elif where:
+        datasets.get_dataset(
+            catalog, project_id, dataset_id, actor=user
+        )  # an unknown dataset is 404 before a bad where
+    conditions = [parse_where(text) for text in where or []]
+    if session_id is not None:
         page: Any = sessions.overlay_page(
             catalog, session_id, actor=user, conditions=conditions, order_by=order_by, descending=desc,
             limit=limit, offset=offset,
@@ -252,6 +267,19 @@ def rules_propose(project_id: ProjectId, dataset_id: DatasetId, user: Caller) ->
 
 
 class AcceptRulesBody(_Body):
+    """Either ``rules`` (one or more names) or ``all: true``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "required": ["rules"],
+                    "properties": {"rules": {"type": "array", "minItems": 1}, "all": {"const": False}},
+                },
+                {"required": ["all"], "properties": {"all": {"const": True}, "rules": {"maxItems": 0}}},
+            ]
+        }
+    )
     rules: list[str] | None = Field(default=None, description="Names of proposed rules, as the proposal lists them")
     all: bool = Field(default=False, description="Accept every proposed change")
 
@@ -271,13 +299,20 @@ def rules_accept(project_id: ProjectId, dataset_id: DatasetId, body: AcceptRules
 
 
 class SetCell(_Body):
-    row_id: str
-    column: str
+    row_id: str = Field(min_length=1)
+    column: str = Field(min_length=1)
     value: Any = None
 
 
 class EditsBody(_Body):
-    session_id: str | None = None
+    """At least one edit: ``set``, ``delete_rows`` or ``add_rows``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_these(
+            {"set": {"minItems": 1}}, {"delete_rows": {"minItems": 1}}, {"add_rows": {"minItems": 1}}
+        )
+    )
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
     set: list[SetCell] = Field(default_factory=list)
     delete_rows: list[str] = Field(default_factory=list)
     add_rows: list[dict[str, Any]] = Field(default_factory=list)
@@ -313,13 +348,15 @@ def session_show(session_id: SessionId, user: Caller) -> Response:
 
 
 class SubmitBody(_Body):
-    session_id: str
+    session_id: str = Field(pattern=ID_PATTERN)
     title: str | None = None
     description: str = ""
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/change-requests", tags=["change requests"], status_code=201)
-def cr_submit(project_id: ProjectId, dataset_id: DatasetId, body: SubmitBody, request: Request, user: Caller) -> Response:
+def cr_submit(
+    project_id: ProjectId, dataset_id: DatasetId, body: SubmitBody, request: Request, user: Caller
+) -> Response:
     """Submit a session's edits as a change request (staged, then validated)."""
     catalog = _catalog()
 
@@ -336,12 +373,12 @@ def cr_submit(project_id: ProjectId, dataset_id: DatasetId, body: SubmitBody, re
 @router.get("/change-requests", tags=["change requests"])
 def cr_list(
     user: Caller,
-    project: str | None = None,
-    dataset: str | None = None,
+    project: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this project's requests")] = None,
+    dataset: Annotated[
+        str | None, Query(pattern=ID_PATTERN, description="Only requests on datasets of this id")
+    ] = None,
     state: change_requests.CRState | None = None,
 ) -> Response:
-    if (project is None) != (dataset is None):
-        raise InvalidInput("give both project and dataset, or neither", field="project")
     found = change_requests.list_change_requests(
         _catalog(), actor=user, project_id=project, dataset_id=dataset, state=state
     )
@@ -352,10 +389,12 @@ def cr_list(
 def cr_show(
     cr_id: CrId,
     user: Caller,
-    limit: int = 10_000,
-    offset: int = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many changes (and rows)")] = 10_000,
+    offset: Offset = 0,
     rows: bool = False,
-    kind: Annotated[list[str] | None, Query(description="With rows: only insert, update and/or delete")] = None,
+    kind: Annotated[
+        list[Literal["insert", "update", "delete"]] | None, Query(description="With rows: only these kinds of change")
+    ] = None,
     column: Annotated[list[str] | None, Query(description="With rows: only rows changing these columns")] = None,
 ) -> Response:
     """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too)."""
@@ -420,7 +459,7 @@ def cr_approve(cr_id: CrId, request: Request, user: Caller, body: ApproveBody | 
 
 
 class ReasonBody(_Reviewed):
-    reason: str
+    reason: str = Field(min_length=1, pattern=r"\S", description="Why; the author is told")
 
 
 @router.post("/change-requests/{cr_id}/reject", tags=["change requests"])
@@ -452,7 +491,7 @@ def cr_revise(cr_id: CrId, user: Caller) -> Response:
 
 
 class ResolveBody(_Body):
-    row_id: str
+    row_id: str = Field(min_length=1)
     column: str | None = Field(default=None, description="None (or *) for a whole-row conflict")
     choice: Literal["mine", "theirs"] = Field(description="mine: keep the request's value; theirs: drop it")
 
@@ -468,7 +507,7 @@ def cr_resolve(cr_id: CrId, body: ResolveBody, user: Caller) -> Response:
 
 
 class CommentBody(_Body):
-    text: str
+    text: str = Field(min_length=1, pattern=r"\S")
     row_id: str | None = None
     column: str | None = None
 
@@ -490,8 +529,8 @@ def history_list(
     project_id: ProjectId,
     dataset_id: DatasetId,
     user: Caller,
-    limit: int | None = None,
-    offset: int = 0,
+    limit: Annotated[int | None, Query(ge=1, description="At most this many versions (default: all)")] = None,
+    offset: Offset = 0,
     hide_maintenance: bool = False,
 ) -> Response:
     """The versions of the dataset's main table, newest first."""
@@ -506,10 +545,10 @@ def version_diff(
     project_id: ProjectId,
     dataset_id: DatasetId,
     user: Caller,
-    from_version: Annotated[int, Query(alias="from")],
-    to_version: Annotated[int, Query(alias="to")],
-    limit: int = 100,
-    offset: int = 0,
+    from_version: Annotated[int, Query(alias="from", ge=0, description="The older version (400 unless before to)")],
+    to_version: Annotated[int, Query(alias="to", ge=0, description="The newer version")],
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many cell changes")] = 100,
+    offset: Offset = 0,
 ) -> Response:
     """The cell-level changes between two versions."""
     result = history.diff_versions(
@@ -519,12 +558,14 @@ def version_diff(
 
 
 class RestoreBody(_Body):
-    version: int
-    reason: str
+    version: int = Field(ge=0)
+    reason: str = Field(min_length=1, pattern=r"\S", description="Why; kept in the table's history")
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"], responses=_ACCEPTED)
-def restore(project_id: ProjectId, dataset_id: DatasetId, body: RestoreBody, request: Request, user: Caller) -> Response:
+def restore(
+    project_id: ProjectId, dataset_id: DatasetId, body: RestoreBody, request: Request, user: Caller
+) -> Response:
     """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
     catalog = _catalog()
 
@@ -545,7 +586,7 @@ def export(
     project_id: ProjectId,
     dataset_id: DatasetId,
     user: Caller,
-    version: int | None = None,
+    version: Annotated[int | None, Query(ge=0, description="A version of main (default: the latest)")] = None,
     format: Literal["parquet", "csv"] = "parquet",  # the issue names the parameter
     raw: Annotated[
         bool, Query(description="CSV: text cells as they are (default: a leading ' before =, +, -, @, tab or CR)")
@@ -573,7 +614,18 @@ def export(
 # ---------------------------------------------------------------- imports and maintenance
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201, responses=_ACCEPTED)
+@router.post(
+    "/projects/{project_id}/datasets/{dataset_id}/imports",
+    tags=["imports"],
+    status_code=201,
+    responses=_ACCEPTED,
+    # Exactly one of the two sources, stated beside the form's generated schema.
+    openapi_extra={
+        "requestBody": {
+            "content": {"multipart/form-data": {"schema": {"oneOf": [{"required": ["file"]}, {"required": ["path"]}]}}}
+        }
+    },
+)
 def import_file(
     project_id: ProjectId,
     dataset_id: DatasetId,
@@ -583,7 +635,10 @@ def import_file(
     path: Annotated[
         str | None, Form(description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)")
     ] = None,
-    mode: Annotated[str, Form(description="append, upsert or replace (seed 000's overwrite)")] = "append",
+    mode: Annotated[
+        Literal["append", "upsert", "replace"],
+        Form(description="append, upsert or replace (seed 000's overwrite)"),
+    ] = "append",
     key: Annotated[str | None, Form()] = None,
     sheet: Annotated[str | None, Form()] = None,
     title: Annotated[str | None, Form()] = None,
@@ -633,16 +688,28 @@ def _file_digest(path: FilePath) -> str:
 
 
 class MaintenanceBody(_Body):
+    """At least one of ``optimize``, ``zorder``, ``vacuum`` or ``checkpoint``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_these(
+            {"optimize": {"const": True}},
+            {"zorder": {"type": "array", "minItems": 1}},
+            {"vacuum": {"const": True}},
+            {"checkpoint": {"const": True}},
+        )
+    )
     optimize: bool = False
     zorder: list[str] | None = None
     vacuum: bool = False
-    retain_hours: float | None = None
+    retain_hours: float | None = Field(default=None, ge=0)
     force: bool = False
     checkpoint: bool = False
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"], responses=_ACCEPTED)
-def maintain(project_id: ProjectId, dataset_id: DatasetId, body: MaintenanceBody, request: Request, user: Caller) -> Response:
+def maintain(
+    project_id: ProjectId, dataset_id: DatasetId, body: MaintenanceBody, request: Request, user: Caller
+) -> Response:
     """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
     if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):
         raise InvalidInput("nothing to do: choose at least one of optimize, zorder, vacuum, checkpoint")
@@ -659,7 +726,7 @@ def maintain(project_id: ProjectId, dataset_id: DatasetId, body: MaintenanceBody
 
 
 class CleanupBody(_Body):
-    ttl_hours: float | None = None
+    ttl_hours: float | None = Field(default=None, ge=0)
     dry_run: bool = False
 
 

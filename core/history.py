@@ -665,11 +665,12 @@ def diff_versions(
         PermissionDenied: ``actor`` is not a member of the project.
     """
     name = f"{project_id}/{dataset_id}"
+    get_dataset(catalog, project_id, dataset_id, actor=actor)  # an unknown dataset is named before the versions
     if int(from_version) >= int(to_version):
+        # Worded for every front end: the CLI's --from/--to and the API's from/to.
         raise InvalidInput(
-            f"--from ({from_version}) must be older than --to ({to_version}) to diff {name}", field="from_version"
+            f"from ({from_version}) must be an older version than to ({to_version}) to diff {name}", field="from"
         )
-    get_dataset(catalog, project_id, dataset_id, actor=actor)
     main = layout_for(project_id, dataset_id).main
     log = _read_log(main)
     before_v = _readable(log, name, int(from_version))

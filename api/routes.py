@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.background import BackgroundTask
 
 from api import errors, jobs
@@ -85,6 +85,14 @@ OperationId = Annotated[str, Path(pattern=ID_PATTERN, description="An operation 
 class _Body(BaseModel):
     # strict: a JSON body's types are as the schema states them (no "0" or 0 for false).
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer includes 72.0; strict pydantic would refuse it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[int, BeforeValidator(_whole)]
 
 
 def _one_of_these(*alternatives: dict[str, Any]) -> dict[str, Any]:
@@ -203,6 +211,7 @@ def dataset_create(
     sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
 ) -> Response:
     """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
+    projects.get_project(_catalog(), project_id)  # an unknown project is named before the file is looked at
     with imports.saved_upload(file.file, file.filename or "upload") as source:
         info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
     return _document(_public(documents.dataset_doc(info)), 201)
@@ -232,9 +241,9 @@ def dataset_rows(
     """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version."""
     catalog = _catalog()
     if session_id is not None:
+        _session_on(catalog, session_id, project_id, dataset_id, user)
         if version is not None:
             raise InvalidInput("session_id shows pending edits over the latest version; drop version", field="version")
-        _session_on(catalog, session_id, project_id, dataset_id, user)
     elif where:
         datasets.get_dataset(
             catalog, project_id, dataset_id, actor=user
@@ -428,7 +437,7 @@ class _Reviewed(_Body):
     refused with 409.
     """
 
-    revision: int | None = Field(default=None, ge=1)
+    revision: JsonInt | None = Field(default=None, ge=1)
     digest: str | None = Field(default=None, max_length=64)
 
 
@@ -558,7 +567,7 @@ def version_diff(
 
 
 class RestoreBody(_Body):
-    version: int = Field(ge=0)
+    version: JsonInt = Field(ge=0)
     reason: str = Field(min_length=1, pattern=r"\S", description="Why; kept in the table's history")
 
 
@@ -633,7 +642,10 @@ def import_file(
     user: Caller,
     file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
     path: Annotated[
-        str | None, Form(description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)")
+        str | None,
+        Form(
+            min_length=1, description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)"
+        ),
     ] = None,
     mode: Annotated[
         Literal["append", "upsert", "replace"],
@@ -650,6 +662,7 @@ def import_file(
         raise InvalidInput("send exactly one of file (a multipart upload) or path (a file on the server)", field="file")
     stack = ExitStack()
     if file is not None:
+        datasets.get_dataset(catalog, project_id, dataset_id, actor=user)  # an unknown dataset before the file
         source = stack.enter_context(imports.saved_upload(file.file, file.filename or "upload"))
         fingerprint: Any = {"file": _file_digest(source)}
     else:

@@ -42,7 +42,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
 
 
 @schema.parametrize()
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_every_operation_keeps_the_published_contract(case: schemathesis.Case) -> None:
     case.call_and_validate(headers=dict(_bearer))
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.background import BackgroundTask
 
 from api import errors, jobs
@@ -307,10 +307,14 @@ def rules_accept(project_id: ProjectId, dataset_id: DatasetId, body: AcceptRules
 # ---------------------------------------------------------------- sessions and edits
 
 
+# A cell's value as JSON carries it: text, a number, true/false or null (core checks it against the column).
+CellValue = Annotated[Any, WithJsonSchema({"type": ["string", "number", "boolean", "null"]})]
+
+
 class SetCell(_Body):
     row_id: str = Field(min_length=1)
     column: str = Field(min_length=1)
-    value: Any = None
+    value: CellValue = None
 
 
 class EditsBody(_Body):
@@ -324,7 +328,7 @@ class EditsBody(_Body):
     session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
     set: list[SetCell] = Field(default_factory=list)
     delete_rows: list[str] = Field(default_factory=list)
-    add_rows: list[dict[str, Any]] = Field(default_factory=list)
+    add_rows: list[dict[str, CellValue]] = Field(default_factory=list)
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])

@@ -24,6 +24,7 @@ from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, routes
@@ -248,6 +249,7 @@ def create_app() -> FastAPI:
         """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
+    app.state.routes = [r for r in [*routes.router.routes, *app.router.routes] if isinstance(r, Route)]
     app.openapi = lambda: _published_schema(app)  # type: ignore[method-assign]
     app.add_middleware(_Guard)
     app.add_middleware(_Observe)

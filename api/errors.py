@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
-from starlette.routing import Match, Route
+from starlette.routing import Match
 
 from core.errors import (
     AlreadyExists,
@@ -119,10 +119,14 @@ def error_response(status: int, body: dict[str, Any], headers: Mapping[str, str]
 
 
 def _allowed_methods(request: Request) -> list[str]:
-    """Every method some route of this path answers (Starlette names only the first route's)."""
+    """Every method some route of this path answers (Starlette names only the first route's).
+
+    The routes are the ones ``create_app`` lists in ``app.state.routes`` (FastAPI nests an
+    included router's routes where ``app.routes`` does not show them).
+    """
     methods: set[str] = set()
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods and route.matches(request.scope)[0] != Match.NONE:
+    for route in getattr(request.app.state, "routes", ()):
+        if route.methods and route.matches(request.scope)[0] != Match.NONE:
             methods |= route.methods
     return sorted(methods)
 

@@ -441,7 +441,7 @@ class _Reviewed(_Body):
     refused with 409.
     """
 
-    revision: JsonInt | None = Field(default=None, ge=1)
+    revision: Annotated[int, Field(ge=1), BeforeValidator(_whole)] | None = None
     digest: str | None = Field(default=None, max_length=64)
 
 

@@ -840,7 +840,7 @@ def restore_version(
     require_role(catalog, actor, project_id, Role.ADMIN, action="restore a table version")
     reason = (reason or "").strip()
     if not reason:
-        raise InvalidInput("a reason is required to restore a table version; give one (the history keeps it)", field="reason")
+        raise InvalidInput("a reason is required to restore a table version; give one", field="reason")
     name = f"{project_id}/{dataset_id}"
     main = layout_for(project_id, dataset_id).main
     version = int(version)

@@ -669,7 +669,7 @@ def diff_versions(
     if int(from_version) >= int(to_version):
         # Worded for every front end: the CLI's --from/--to and the API's from/to.
         raise InvalidInput(
-            f"from ({from_version}) must be an older version than to ({to_version}) to diff {name}", field="from"
+            f"from ({from_version}) must be older than to ({to_version}) to diff {name}", field="from"
         )
     main = layout_for(project_id, dataset_id).main
     log = _read_log(main)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.background import BackgroundTask
 
 from api import errors, jobs
@@ -183,8 +183,18 @@ def project_list(user: Caller) -> dict[str, Any]:
     return {"projects": [documents.project_doc(p) for p in projects.list_projects(_catalog(), user)]}
 
 
+def _project_id(value: str) -> str:
+    """core's check, so a refusal says what core says ("invalid project id ...: use ...")."""
+    try:
+        return layout.validate_id(value, kind="project id")
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from exc
+
+
 class ProjectCreate(_Body):
-    id: str = Field(pattern=ID_PATTERN, description="The new project's id")
+    id: Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN}), AfterValidator(_project_id)] = Field(
+        description="The new project's id"
+    )
     name: str | None = None
 
 

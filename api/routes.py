@@ -293,7 +293,10 @@ class AcceptRulesBody(_Body):
             "oneOf": [
                 {
                     "required": ["rules"],
-                    "properties": {"rules": {"type": "array", "minItems": 1}, "all": {"const": False}},
+                    "properties": {
+                        "rules": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        "all": {"const": False},
+                    },
                 },
                 {"required": ["all"], "properties": {"all": {"const": True}, "rules": {"maxItems": 0}}},
             ]
@@ -720,7 +723,7 @@ class MaintenanceBody(_Body):
     model_config = ConfigDict(
         json_schema_extra=_one_of_these(
             {"optimize": {"const": True}},
-            {"zorder": {"type": "array", "minItems": 1}},
+            {"zorder": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
             {"vacuum": {"const": True}},
             {"checkpoint": {"const": True}},
         )

@@ -17,14 +17,20 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import prometheus_client
 from fastapi import FastAPI, Response
+from fastapi.openapi.utils import get_openapi
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, routes
 from core import audit, engine, warmup
 from core.catalog import open_catalog
+from core.config import get_settings
 
 logger = logging.getLogger("oreo.api")
 
@@ -150,6 +156,67 @@ class _Observe:
         REQUEST_SECONDS.labels(_template(scope), scope["method"], str(status)).observe(time.perf_counter() - started)
 
 
+class _Guard:
+    """Caps request bodies and marks every API answer as private and not to be sniffed.
+
+    A body over its limit is refused with 413 before it is read whole: at once when its
+    ``Content-Length`` says so, else as soon as the streamed (chunked) bytes pass it.
+    Multipart uploads may be as large as ``OREO_MAX_UPLOAD_MB`` (plus room for the form's
+    other fields); any other body, JSON, as ``OREO_MAX_JSON_MB``.
+    """
+
+    FORM_SLACK = 1 << 20
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        limit, setting = self._limit(headers)
+
+        async def send_guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                answer = MutableHeaders(scope=message)
+                answer.setdefault("Cache-Control", "no-store")
+                answer["X-Content-Type-Options"] = "nosniff"
+            await send(message)
+
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await self._too_large(limit, setting)(scope, receive, send_guarded)
+            return
+        seen = 0
+
+        async def receive_counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:  # FastAPI passes an HTTPException raised while reading the body on to its handler
+                    raise HTTPException(413, _too_large_message(limit, setting))
+            return message
+
+        await self.app(scope, receive_counted, send_guarded)
+
+    def _limit(self, headers: Headers) -> tuple[int, str]:
+        settings = get_settings()
+        if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            return settings.max_upload_mb * 2**20 + self.FORM_SLACK, "OREO_MAX_UPLOAD_MB"
+        return settings.max_json_mb * 2**20, "OREO_MAX_JSON_MB"
+
+    @staticmethod
+    def _too_large(limit: int, setting: str) -> ASGIApp:
+        body = errors.error_document(413, "too_large", _too_large_message(limit, setting))
+        return errors.error_response(413, body)
+
+
+def _too_large_message(limit: int, setting: str) -> str:
+    return f"the request body is larger than {limit // 2**20} MiB ({setting}); send less"
+
+
 def _template(scope: Scope) -> str:
     """The matched route's path template (``/api/v1/change-requests/{cr_id}``), or "-"."""
     return getattr(scope.get("route"), "path", None) or "-"
@@ -182,8 +249,38 @@ def create_app() -> FastAPI:
         """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
+    app.state.routes = [r for r in [*routes.router.routes, *app.router.routes] if isinstance(r, Route)]
+    app.openapi = lambda: _published_schema(app)  # type: ignore[method-assign]
+    app.add_middleware(_Guard)
     app.add_middleware(_Observe)
     return app
+
+
+def _published_schema(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's OpenAPI document, with form fields as a multipart body can send them.
+
+    A form has no null: an optional field is one left out, so ``anyOf [X, null]`` becomes ``X``
+    (else a client sends the text "null" and is refused).
+    """
+    if app.openapi_schema is None:
+        document = get_openapi(
+            title=app.title, version=app.version, summary=app.summary, routes=app.routes, openapi_version="3.1.0"
+        )
+        forms = {
+            operation["requestBody"]["content"]["multipart/form-data"]["schema"].get("$ref", "").rsplit("/", 1)[-1]
+            for path in document.get("paths", {}).values()
+            for operation in path.values()
+            if "multipart/form-data" in operation.get("requestBody", {}).get("content", {})
+        }
+        for name, schema in document.get("components", {}).get("schemas", {}).items():
+            if name in forms:
+                for field in schema.get("properties", {}).values():
+                    options = [o for o in field.get("anyOf", []) if o.get("type") != "null"]
+                    if len(options) == 1 and len(field["anyOf"]) == 2:
+                        del field["anyOf"]
+                        field.update(options[0])
+        app.openapi_schema = document
+    return app.openapi_schema
 
 
 def serve(*, host: str = "127.0.0.1", port: int = 8600) -> None:

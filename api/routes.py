@@ -13,17 +13,17 @@ import shutil
 import tempfile
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
-from pathlib import Path
+from pathlib import Path as FilePath
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Path, Query, Request, Response, UploadFile
 from fastapi.responses import FileResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from starlette.background import BackgroundTask
 
-from api import jobs
+from api import errors, jobs
 from core import (
     auth,
     change_requests,
@@ -34,6 +34,7 @@ from core import (
     history,
     import_folders,
     imports,
+    layout,
     maintenance,
     merge,
     projects,
@@ -81,7 +82,11 @@ class _ExactJsonRoute(APIRoute):
         return exact_json
 
 
-router = APIRouter(prefix="/api/v1", route_class=_ExactJsonRoute)
+router = APIRouter(prefix="/api/v1", route_class=_ExactJsonRoute, responses=errors.RESPONSES)
+# A state-changing call made with ``Prefer: respond-async`` where the route allows it.
+_ACCEPTED: dict[int | str, dict[str, Any]] = {
+    202: {"description": "Started in the background (`Prefer: respond-async`): poll the `Location`'s operation"}
+}
 _bearer = HTTPBearer(auto_error=False, description="A personal access token from `oreo token create`.")
 
 
@@ -106,15 +111,48 @@ def caller(
 
 
 Caller = Annotated[auth.User, Depends(caller)]
+Limit = Annotated[int, Query(ge=1, le=10_000, description="Page size")]
+Offset = Annotated[int, Query(ge=0, description="Items to skip")]
+
+# Every id Oreo makes or accepts (core.layout.ID_PATTERN), stated where the schema can show it.
+ID_PATTERN = "^" + layout.ID_PATTERN.pattern + "$"
+ProjectId = Annotated[str, Path(pattern=ID_PATTERN, description="A project id")]
+DatasetId = Annotated[str, Path(pattern=ID_PATTERN, description="A dataset id")]
+SessionId = Annotated[str, Path(pattern=ID_PATTERN, description="A live-edit session id")]
+CrId = Annotated[str, Path(pattern=ID_PATTERN, description="A change request id")]
+OperationId = Annotated[str, Path(pattern=ID_PATTERN, description="An operation id (the 202's Location)")]
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a JSON body's types are as the schema states them (no "0" or 0 for false).
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _whole(value: Any) -> Any:
+    """JSON Schema's integer includes 72.0; strict pydantic would refuse it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+JsonInt = Annotated[int, BeforeValidator(_whole)]
+
+
+def _one_of_these(*alternatives: dict[str, Any]) -> dict[str, Any]:
+    """A body schema's "at least one of these" rule, stated as JSON Schema ``anyOf`` for clients and fuzzers."""
+    return {"anyOf": [{"required": list(a), "properties": a} for a in alternatives]}
 
 
 def _document(doc: dict[str, Any], status: int = 200) -> Response:
     """A CLI document as the response body, encoded once (``core.documents.encode``: strict JSON)."""
     return Response(documents.encode(doc), status_code=status, media_type="application/json")
+
+
+# Where things live on the server's disk: the CLI's documents show them to the operator; the API never does.
+_SERVER_PATHS = ("path", "report")
+
+
+def _public(doc: dict[str, Any]) -> dict[str, Any]:
+    """A CLI document without its server paths (the dataset's folder, a maintenance report's file)."""
+    return {key: value for key, value in doc.items() if key not in _SERVER_PATHS}
 
 
 def _respond(answer: jobs.Answer, *, replayed: bool = False) -> Response:
@@ -173,7 +211,7 @@ def health() -> dict[str, str]:
 
 
 @router.get("/operations/{op_id}", tags=["service"])
-def operation(op_id: str, user: Caller) -> dict[str, Any]:
+def operation(op_id: OperationId, user: Caller) -> dict[str, Any]:
     """A long operation started with ``Prefer: respond-async``: running, succeeded (with its result) or failed."""
     return jobs.operation_document(_catalog(), op_id, user)
 
@@ -186,8 +224,18 @@ def project_list(user: Caller) -> dict[str, Any]:
     return {"projects": [documents.project_doc(p) for p in projects.list_projects(_catalog(), user)]}
 
 
+def _project_id(value: str) -> str:
+    """core's check, so a refusal says what core says ("invalid project id ...: use ...")."""
+    try:
+        return layout.validate_id(value, kind="project id")
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from exc
+
+
 class ProjectCreate(_Body):
-    id: str
+    id: Annotated[str, WithJsonSchema({"type": "string", "pattern": ID_PATTERN}), AfterValidator(_project_id)] = Field(
+        description="The new project's id"
+    )
     name: str | None = None
 
 
@@ -199,44 +247,47 @@ def project_create(body: ProjectCreate, user: Caller) -> Response:
 
 
 @router.get("/projects/{project_id}/datasets", tags=["datasets"])
-def dataset_list(project_id: str, user: Caller) -> dict[str, Any]:
+def dataset_list(project_id: ProjectId, user: Caller) -> dict[str, Any]:
     found = datasets.list_datasets(_catalog(), actor=user, project_id=project_id)
-    return {"datasets": [documents.dataset_doc(i) for i in found]}
+    return {"datasets": [_public(documents.dataset_doc(i)) for i in found]}
 
 
 @router.post("/projects/{project_id}/datasets", tags=["datasets"], status_code=201)
 def dataset_create(
-    project_id: str,
+    project_id: ProjectId,
     user: Caller,
-    dataset_id: Annotated[str, Form(description="The new dataset's id")],
+    dataset_id: Annotated[str, Form(pattern=ID_PATTERN, description="The new dataset's id")],
     file: Annotated[UploadFile, File(description="CSV, Parquet or XLSX")],
     key: Annotated[str | None, Form(description="Column whose values become row_id")] = None,
     sheet: Annotated[str | None, Form(description="XLSX sheet to read")] = None,
 ) -> Response:
     """Create a dataset from an uploaded file (admins); Spark writes its main Delta table."""
+    projects.get_project(_catalog(), project_id)  # an unknown project is named before the file is looked at
     with imports.saved_upload(file.file, file.filename or "upload") as source:
         info = datasets.create_dataset(_catalog(), project_id, dataset_id, source, key=key, sheet=sheet, actor=user)
-    return _document(documents.dataset_doc(info), 201)
+    return _document(_public(documents.dataset_doc(info)), 201)
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}", tags=["datasets"])
-def dataset_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+def dataset_show(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> dict[str, Any]:
     info = datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)
-    return documents.dataset_show_doc(info, datasets.dataset_columns(info))
+    return _public(documents.dataset_show_doc(info, datasets.dataset_columns(info)))
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rows", tags=["datasets"])
 def dataset_rows(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
-    limit: int = 50,
-    offset: int = 0,
-    version: int | None = None,
-    order_by: str | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    version: Annotated[int | None, Query(ge=0, description="A version of main (default: the latest)")] = None,
+    order_by: Annotated[str | None, Query(min_length=1, description="A column to sort by")] = None,
     desc: bool = False,
     where: Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")] = None,
-    session_id: Annotated[str | None, Query(description="Apply this live-edit session's overlay")] = None,
+    session_id: Annotated[
+        str | None, Query(pattern=ID_PATTERN, description="Apply this live-edit session's overlay (not with version)")
+    ] = None,
 ) -> Response:
     """A page of rows, filtered (the CLI's ``--where`` grammar), sorted, as of a version.
 
@@ -244,11 +295,16 @@ def dataset_rows(
     DECIMAL values strings of their exact digits (a JSON reader would round them as a double).
     """
     catalog = _catalog()
-    conditions = [parse_where(text) for text in where or []]
     if session_id is not None:
+        _session_on(catalog, session_id, project_id, dataset_id, user)
         if version is not None:
             raise InvalidInput("session_id shows pending edits over the latest version; drop version", field="version")
-        _session_on(catalog, session_id, project_id, dataset_id, user)
+    elif where:
+        datasets.get_dataset(
+            catalog, project_id, dataset_id, actor=user
+        )  # an unknown dataset is 404 before a bad where
+    conditions = [parse_where(text) for text in where or []]
+    if session_id is not None:
         page: Any = sessions.overlay_page(
             catalog, session_id, actor=user, conditions=conditions, order_by=order_by, descending=desc,
             limit=limit, offset=offset,
@@ -262,25 +318,41 @@ def dataset_rows(
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])
-def rules_show(project_id: str, dataset_id: str, user: Caller) -> dict[str, Any]:
+def rules_show(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> dict[str, Any]:
     """The dataset's ExpectationSuite (GX JSON)."""
     return datasets.dataset_rules(_catalog(), project_id, dataset_id, actor=user)
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules/proposal", tags=["datasets"])
-def rules_propose(project_id: str, dataset_id: str, user: Caller) -> Response:
+def rules_propose(project_id: ProjectId, dataset_id: DatasetId, user: Caller) -> Response:
     """Rules inferred from the data beside the current ones, as ``oreo rules propose``; nothing is stored."""
     proposal = datasets.propose_dataset_rules(_catalog(), project_id, dataset_id, actor=user)
     return _document(documents.rule_proposal_doc(proposal))
 
 
 class AcceptRulesBody(_Body):
+    """Either ``rules`` (one or more names) or ``all: true``."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "required": ["rules"],
+                    "properties": {
+                        "rules": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                        "all": {"const": False},
+                    },
+                },
+                {"required": ["all"], "properties": {"all": {"const": True}, "rules": {"maxItems": 0}}},
+            ]
+        }
+    )
     rules: list[str] | None = Field(default=None, description="Names of proposed rules, as the proposal lists them")
     all: bool = Field(default=False, description="Accept every proposed change")
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/rules/accept", tags=["datasets"])
-def rules_accept(project_id: str, dataset_id: str, body: AcceptRulesBody, user: Caller) -> Response:
+def rules_accept(project_id: ProjectId, dataset_id: DatasetId, body: AcceptRulesBody, user: Caller) -> Response:
     """Accept proposed rules (admins), as ``oreo rules accept``; a rule a person wrote or edited is kept."""
     if body.all == bool(body.rules):
         raise InvalidInput('send "rules": [names] or "all": true, not both', field="rules")
@@ -293,21 +365,32 @@ def rules_accept(project_id: str, dataset_id: str, body: AcceptRulesBody, user: 
 # ---------------------------------------------------------------- sessions and edits
 
 
+# A cell's value as JSON carries it: text, a number, true/false or null (core checks it against the column).
+CellValue = Annotated[Any, WithJsonSchema({"type": ["string", "number", "boolean", "null"]})]
+
+
 class SetCell(_Body):
-    row_id: str
-    column: str
-    value: Any = None
+    row_id: str = Field(min_length=1)
+    column: str = Field(min_length=1)
+    value: CellValue = None
 
 
 class EditsBody(_Body):
-    session_id: str | None = None
+    """At least one edit: ``set``, ``delete_rows`` or ``add_rows``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_these(
+            {"set": {"minItems": 1}}, {"delete_rows": {"minItems": 1}}, {"add_rows": {"minItems": 1}}
+        )
+    )
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
     set: list[SetCell] = Field(default_factory=list)
     delete_rows: list[str] = Field(default_factory=list)
-    add_rows: list[dict[str, Any]] = Field(default_factory=list)
+    add_rows: list[dict[str, CellValue]] = Field(default_factory=list)
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/edits", tags=["sessions"])
-def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dict[str, Any]:
+def edit(project_id: ProjectId, dataset_id: DatasetId, body: EditsBody, user: Caller) -> dict[str, Any]:
     """Save cell edits, deleted rows and added rows to a live-edit session (default: the caller's open one).
 
     Numbers are read from their JSON text, never through a double: `9007199254740993.0` lands in a
@@ -331,7 +414,7 @@ def edit(project_id: str, dataset_id: str, body: EditsBody, user: Caller) -> dic
 
 
 @router.get("/sessions/{session_id}", tags=["sessions"])
-def session_show(session_id: str, user: Caller) -> Response:
+def session_show(session_id: SessionId, user: Caller) -> Response:
     info = sessions.get_session(_catalog(), session_id, actor=user)
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
     return _document(documents.session_doc(info, edits))
@@ -341,13 +424,15 @@ def session_show(session_id: str, user: Caller) -> Response:
 
 
 class SubmitBody(_Body):
-    session_id: str
+    session_id: str = Field(pattern=ID_PATTERN)
     title: str | None = None
     description: str = ""
 
 
 @router.post("/projects/{project_id}/datasets/{dataset_id}/change-requests", tags=["change requests"], status_code=201)
-def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Request, user: Caller) -> Response:
+def cr_submit(
+    project_id: ProjectId, dataset_id: DatasetId, body: SubmitBody, request: Request, user: Caller
+) -> Response:
     """Submit a session's edits as a change request (staged, then validated)."""
     catalog = _catalog()
 
@@ -364,12 +449,12 @@ def cr_submit(project_id: str, dataset_id: str, body: SubmitBody, request: Reque
 @router.get("/change-requests", tags=["change requests"])
 def cr_list(
     user: Caller,
-    project: str | None = None,
-    dataset: str | None = None,
+    project: Annotated[str | None, Query(pattern=ID_PATTERN, description="Only this project's requests")] = None,
+    dataset: Annotated[
+        str | None, Query(pattern=ID_PATTERN, description="Only requests on datasets of this id")
+    ] = None,
     state: change_requests.CRState | None = None,
 ) -> Response:
-    if (project is None) != (dataset is None):
-        raise InvalidInput("give both project and dataset, or neither", field="project")
     found = change_requests.list_change_requests(
         _catalog(), actor=user, project_id=project, dataset_id=dataset, state=state
     )
@@ -378,12 +463,14 @@ def cr_list(
 
 @router.get("/change-requests/{cr_id}", tags=["change requests"])
 def cr_show(
-    cr_id: str,
+    cr_id: CrId,
     user: Caller,
-    limit: int = 10_000,
-    offset: int = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many changes (and rows)")] = 10_000,
+    offset: Offset = 0,
     rows: bool = False,
-    kind: Annotated[list[str] | None, Query(description="With rows: only insert, update and/or delete")] = None,
+    kind: Annotated[
+        list[Literal["insert", "update", "delete"]] | None, Query(description="With rows: only these kinds of change")
+    ] = None,
     column: Annotated[list[str] | None, Query(description="With rows: only rows changing these columns")] = None,
 ) -> Response:
     """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too)."""
@@ -417,7 +504,7 @@ class _Reviewed(_Body):
     refused with 409.
     """
 
-    revision: int | None = Field(default=None, ge=1)
+    revision: Annotated[int, Field(ge=1), BeforeValidator(_whole)] | None = None
     digest: str | None = Field(default=None, max_length=64)
 
 
@@ -425,8 +512,8 @@ class ApproveBody(_Reviewed):
     comment: str | None = None
 
 
-@router.post("/change-requests/{cr_id}/approve", tags=["change requests"])
-def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
+@router.post("/change-requests/{cr_id}/approve", tags=["change requests"], responses=_ACCEPTED)
+def cr_approve(cr_id: CrId, request: Request, user: Caller, body: ApproveBody | None = None) -> Response:
     """Merge a change request into main (one Delta MERGE). ``Prefer: respond-async`` answers 202."""
     body = body or ApproveBody()
     catalog = _catalog()
@@ -448,11 +535,11 @@ def cr_approve(cr_id: str, request: Request, user: Caller, body: ApproveBody | N
 
 
 class ReasonBody(_Reviewed):
-    reason: str
+    reason: str = Field(min_length=1, pattern=r"\S", description="Why; the author is told")
 
 
 @router.post("/change-requests/{cr_id}/reject", tags=["change requests"])
-def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+def cr_reject(cr_id: CrId, body: ReasonBody, user: Caller) -> dict[str, Any]:
     cr = change_requests.reject_change_request(
         _catalog(), cr_id, actor=user, reason=body.reason, expected_revision=body.revision, expected_digest=body.digest
     )
@@ -460,12 +547,12 @@ def cr_reject(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
 
 
 @router.post("/change-requests/{cr_id}/withdraw", tags=["change requests"])
-def cr_withdraw(cr_id: str, user: Caller) -> dict[str, Any]:
+def cr_withdraw(cr_id: CrId, user: Caller) -> dict[str, Any]:
     return documents.state_doc(change_requests.withdraw_change_request(_catalog(), cr_id, actor=user))
 
 
 @router.post("/change-requests/{cr_id}/request-changes", tags=["change requests"])
-def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, Any]:
+def cr_request_changes(cr_id: CrId, body: ReasonBody, user: Caller) -> dict[str, Any]:
     cr = change_requests.request_changes(
         _catalog(), cr_id, body.reason, actor=user, expected_revision=body.revision, expected_digest=body.digest
     )
@@ -473,20 +560,20 @@ def cr_request_changes(cr_id: str, body: ReasonBody, user: Caller) -> dict[str, 
 
 
 @router.post("/change-requests/{cr_id}/revise", tags=["change requests"])
-def cr_revise(cr_id: str, user: Caller) -> Response:
+def cr_revise(cr_id: CrId, user: Caller) -> Response:
     catalog = _catalog()
     cr = change_requests.revise_change_request(catalog, cr_id, actor=user)
     return _document(documents.revise_doc(cr, change_requests.validation_for(catalog, cr.id, actor=user)))
 
 
 class ResolveBody(_Body):
-    row_id: str
+    row_id: str = Field(min_length=1)
     column: str | None = Field(default=None, description="None (or *) for a whole-row conflict")
     choice: Literal["mine", "theirs"] = Field(description="mine: keep the request's value; theirs: drop it")
 
 
 @router.post("/change-requests/{cr_id}/resolve", tags=["change requests"])
-def cr_resolve(cr_id: str, body: ResolveBody, user: Caller) -> Response:
+def cr_resolve(cr_id: CrId, body: ResolveBody, user: Caller) -> Response:
     """The author settles one conflict; the result is the request's next revision, with the conflicts left."""
     catalog = _catalog()
     cr = conflicts.resolve_conflict(catalog, cr_id, body.row_id, body.column, body.choice, actor=user)
@@ -496,13 +583,13 @@ def cr_resolve(cr_id: str, body: ResolveBody, user: Caller) -> Response:
 
 
 class CommentBody(_Body):
-    text: str
+    text: str = Field(min_length=1, pattern=r"\S")
     row_id: str | None = None
     column: str | None = None
 
 
 @router.post("/change-requests/{cr_id}/comments", tags=["change requests"], status_code=201)
-def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
+def cr_comment(cr_id: CrId, body: CommentBody, user: Caller) -> Response:
     """Comment on a change request, or on one cell of its diff (row_id and column)."""
     comment = change_requests.add_comment(
         _catalog(), cr_id, body.text, actor=user, row_id=body.row_id, column=body.column
@@ -515,11 +602,11 @@ def cr_comment(cr_id: str, body: CommentBody, user: Caller) -> Response:
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/history", tags=["history"])
 def history_list(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
-    limit: int | None = None,
-    offset: int = 0,
+    limit: Annotated[int | None, Query(ge=1, description="At most this many versions (default: all)")] = None,
+    offset: Offset = 0,
     hide_maintenance: bool = False,
 ) -> Response:
     """The versions of the dataset's main table, newest first."""
@@ -531,13 +618,13 @@ def history_list(
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/diff", tags=["history"])
 def version_diff(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
-    from_version: Annotated[int, Query(alias="from")],
-    to_version: Annotated[int, Query(alias="to")],
-    limit: int = 100,
-    offset: int = 0,
+    from_version: Annotated[int, Query(alias="from", ge=0, description="The older version (400 unless before to)")],
+    to_version: Annotated[int, Query(alias="to", ge=0, description="The newer version")],
+    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many cell changes")] = 100,
+    offset: Offset = 0,
 ) -> Response:
     """The cell-level changes between two versions."""
     result = history.diff_versions(
@@ -547,12 +634,14 @@ def version_diff(
 
 
 class RestoreBody(_Body):
-    version: int
-    reason: str
+    version: JsonInt = Field(ge=0)
+    reason: str = Field(min_length=1, pattern=r"\S", description="Why; kept in the table's history")
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"])
-def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Request, user: Caller) -> Response:
+@router.post("/projects/{project_id}/datasets/{dataset_id}/restore", tags=["history"], responses=_ACCEPTED)
+def restore(
+    project_id: ProjectId, dataset_id: DatasetId, body: RestoreBody, request: Request, user: Caller
+) -> Response:
     """Restore main to an earlier version in one new commit (admins). ``Prefer: respond-async`` answers 202."""
     catalog = _catalog()
 
@@ -570,17 +659,22 @@ def restore(project_id: str, dataset_id: str, body: RestoreBody, request: Reques
     responses={200: {"content": {"application/vnd.apache.parquet": {}, "text/csv": {}}}},
 )
 def export(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     user: Caller,
-    version: int | None = None,
+    version: Annotated[int | None, Query(ge=0, description="A version of main (default: the latest)")] = None,
     format: Literal["parquet", "csv"] = "parquet",  # the issue names the parameter
+    raw: Annotated[
+        bool, Query(description="CSV: text cells as they are (default: a leading ' before =, +, -, @, tab or CR)")
+    ] = False,
 ) -> FileResponse:
     """Every column of a version as one Parquet or CSV file, streamed from disk (constant memory)."""
-    folder = Path(tempfile.mkdtemp(prefix="oreo-export-"))
+    folder = FilePath(tempfile.mkdtemp(prefix="oreo-export-"))
     try:
         name = f"{project_id}-{dataset_id}.{format}"
-        result = history.export_version(_catalog(), project_id, dataset_id, folder / name, actor=user, version=version)
+        result = history.export_version(
+            _catalog(), project_id, dataset_id, folder / name, actor=user, version=version, raw=raw
+        )
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -596,17 +690,34 @@ def export(
 # ---------------------------------------------------------------- imports and maintenance
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/imports", tags=["imports"], status_code=201)
+@router.post(
+    "/projects/{project_id}/datasets/{dataset_id}/imports",
+    tags=["imports"],
+    status_code=201,
+    responses=_ACCEPTED,
+    # Exactly one of the two sources, stated beside the form's generated schema.
+    openapi_extra={
+        "requestBody": {
+            "content": {"multipart/form-data": {"schema": {"oneOf": [{"required": ["file"]}, {"required": ["path"]}]}}}
+        }
+    },
+)
 def import_file(
-    project_id: str,
-    dataset_id: str,
+    project_id: ProjectId,
+    dataset_id: DatasetId,
     request: Request,
     user: Caller,
     file: Annotated[UploadFile | None, File(description="CSV, Parquet or XLSX")] = None,
     path: Annotated[
-        str | None, Form(description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)")
+        str | None,
+        Form(
+            min_length=1, description="Instead of file: a file on the server (site admins, inside OREO_IMPORT_FOLDERS)"
+        ),
     ] = None,
-    mode: Annotated[str, Form(description="append, upsert or replace (seed 000's overwrite)")] = "append",
+    mode: Annotated[
+        Literal["append", "upsert", "replace"],
+        Form(description="append, upsert or replace (seed 000's overwrite)"),
+    ] = "append",
     key: Annotated[str | None, Form()] = None,
     sheet: Annotated[str | None, Form()] = None,
     title: Annotated[str | None, Form()] = None,
@@ -618,6 +729,7 @@ def import_file(
         raise InvalidInput("send exactly one of file (a multipart upload) or path (a file on the server)", field="file")
     stack = ExitStack()
     if file is not None:
+        datasets.get_dataset(catalog, project_id, dataset_id, actor=user)  # an unknown dataset before the file
         source = stack.enter_context(imports.saved_upload(file.file, file.filename or "upload"))
         fingerprint: Any = {"file": _file_digest(source)}
     else:
@@ -647,7 +759,7 @@ def import_file(
     return response
 
 
-def _file_digest(path: Path) -> str:
+def _file_digest(path: FilePath) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -656,16 +768,28 @@ def _file_digest(path: Path) -> str:
 
 
 class MaintenanceBody(_Body):
+    """At least one of ``optimize``, ``zorder``, ``vacuum`` or ``checkpoint``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_these(
+            {"optimize": {"const": True}},
+            {"zorder": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+            {"vacuum": {"const": True}},
+            {"checkpoint": {"const": True}},
+        )
+    )
     optimize: bool = False
     zorder: list[str] | None = None
     vacuum: bool = False
-    retain_hours: float | None = None
+    retain_hours: float | None = Field(default=None, ge=0)
     force: bool = False
     checkpoint: bool = False
 
 
-@router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"])
-def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: Request, user: Caller) -> Response:
+@router.post("/projects/{project_id}/datasets/{dataset_id}/maintenance", tags=["maintenance"], responses=_ACCEPTED)
+def maintain(
+    project_id: ProjectId, dataset_id: DatasetId, body: MaintenanceBody, request: Request, user: Caller
+) -> Response:
     """OPTIMIZE, VACUUM and/or a checkpoint of the main table (admins); the run's report."""
     if not (body.optimize or body.zorder or body.vacuum or body.checkpoint):
         raise InvalidInput("nothing to do: choose at least one of optimize, zorder, vacuum, checkpoint")
@@ -676,13 +800,13 @@ def maintain(project_id: str, dataset_id: str, body: MaintenanceBody, request: R
             catalog, project_id, dataset_id, actor=user, optimize=body.optimize, zorder=body.zorder,
             vacuum=body.vacuum, retain_hours=body.retain_hours, force=body.force, checkpoint=body.checkpoint,
         )  # fmt: skip
-        return 200, report
+        return 200, _public(report)
 
     return _act(request, user, "maintenance", body.model_dump(), work, can_async=True)
 
 
 class CleanupBody(_Body):
-    ttl_hours: float | None = None
+    ttl_hours: float | None = Field(default=None, ge=0)
     dry_run: bool = False
 
 
@@ -690,4 +814,4 @@ class CleanupBody(_Body):
 def cleanup(body: CleanupBody, user: Caller) -> Response:
     """Remove expired sessions, staging tables of closed requests and orphan imports."""
     report = maintenance.cleanup(_catalog(), actor=user, ttl_hours=body.ttl_hours, dry_run=body.dry_run)
-    return _document(report)
+    return _document(_public(report))

@@ -819,6 +819,8 @@ def cr_show(
         f"(base v{cr.base_version}, revision {cr.revision}); validation {cr.validation_status}; "
         f"{len(found)} conflict(s)"
     ]
+    if cr.description:
+        lines.append(f"  description: {cr.description}")
     if summary:
         lines.append(
             f"  import: {summary.file_name} ({summary.mode}): {summary.added:,} added, {summary.updated:,} updated, "
@@ -845,7 +847,15 @@ def cr_show(
             exported = (export, written)
         doc.update(rows_cli.rows_doc(page, exported))
         lines += rows_cli.rows_lines(page, exported)
-    emit(doc, "\n".join(lines))
+    emit(doc, "\n".join(_escape_controls(line) for line in lines))
+
+
+def _escape_controls(text: str) -> str:
+    """``text`` with control characters (CR, LF, ESC, ...) written as escapes, as the title's repr shows them.
+
+    A comment or value could otherwise break a line or send terminal escape sequences.
+    """
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 RevisionOption = Annotated[
@@ -1282,7 +1292,15 @@ def history_diff(
             exported = (export, written)
         doc.update(rows_cli.rows_doc(page, exported))
         lines += rows_cli.rows_lines(page, exported)
-    emit(doc, "\n".join(lines))
+    emit(doc, "\n".join(_escape_controls(line) for line in lines))
+
+
+def _escape_controls(text: str) -> str:
+    """``text`` with control characters (CR, LF, ESC, ...) written as escapes, as the title's repr shows them.
+
+    A comment or value could otherwise break a line or send terminal escape sequences.
+    """
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
 @app.command("restore")
@@ -1312,6 +1330,12 @@ def history_export(
     dataset_id: str,
     out: Annotated[Path, typer.Option("--out", help="A .parquet or .csv file to write.")],
     version: Annotated[int | None, typer.Option("--version", help="Export this version (default: latest).")] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="CSV: write text cells as they are (default: a leading ' before =, +, -, @, tab or CR)."
+        ),
+    ] = False,
     as_user: AsUser = None,
 ) -> None:
     """Write every column of a version (row_id included) to a Parquet or CSV file."""
@@ -1319,7 +1343,7 @@ def history_export(
 
     catalog = _catalog()
     result = history.export_version(
-        catalog, project_id, dataset_id, out, actor=_actor(catalog, as_user), version=version
+        catalog, project_id, dataset_id, out, actor=_actor(catalog, as_user), version=version, raw=raw
     )
     emit(
         {"path": result.path, "version": result.version, "rows": result.rows, "format": result.format},

@@ -101,6 +101,8 @@ class Settings:
     small_file_mb: int = 1
     read_cache_mb: int = 2048
     max_upload_mb: int = 200
+    # The largest JSON request body the HTTP API reads (uploads count against max_upload_mb).
+    max_json_mb: int = 4
     writer_wait_s: float = 300.0
     writer_lease_s: float = 3600.0
     page_size: int = 50
@@ -149,6 +151,7 @@ class Settings:
             small_file_mb=_int("OREO_SMALL_FILE_MB", 1),
             read_cache_mb=_int("OREO_READ_CACHE_MB", 2048),
             max_upload_mb=_int("OREO_MAX_UPLOAD_MB", 200),
+            max_json_mb=_int("OREO_MAX_JSON_MB", 4),
             writer_wait_s=float(_int("OREO_WRITER_WAIT_S", 300)),
             writer_lease_s=float(_int("OREO_WRITER_LEASE_S", 3600)),
             page_size=_int("OREO_PAGE_SIZE", 50),

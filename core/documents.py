@@ -255,6 +255,7 @@ def cr_show_doc(
 ) -> dict[str, Any]:
     return {
         **cr_doc(cr),
+        "description": cr.description,
         "import": imported.to_json() if imported else None,  # an import: its mode and row counts
         "changes": [c.to_json() for c in changes],
         "total": total,

@@ -669,11 +669,12 @@ def diff_versions(
         PermissionDenied: ``actor`` is not a member of the project.
     """
     name = f"{project_id}/{dataset_id}"
+    get_dataset(catalog, project_id, dataset_id, actor=actor)  # an unknown dataset is named before the versions
     if int(from_version) >= int(to_version):
+        # Worded for every front end: the CLI's --from/--to and the API's from/to.
         raise InvalidInput(
-            f"--from ({from_version}) must be older than --to ({to_version}) to diff {name}", field="from_version"
+            f"from ({from_version}) must be older than to ({to_version}) to diff {name}", field="from"
         )
-    get_dataset(catalog, project_id, dataset_id, actor=actor)
     main = layout_for(project_id, dataset_id).main
     log = _read_log(main)
     before_v = _readable(log, name, int(from_version))
@@ -843,7 +844,7 @@ def restore_version(
     require_role(catalog, actor, project_id, Role.ADMIN, action="restore a table version")
     reason = (reason or "").strip()
     if not reason:
-        raise InvalidInput("a reason is required to restore a table version; pass --reason", field="reason")
+        raise InvalidInput("a reason is required to restore a table version; give one", field="reason")
     name = f"{project_id}/{dataset_id}"
     main = layout_for(project_id, dataset_id).main
     version = int(version)
@@ -918,13 +919,42 @@ def _run_restore(main: Location, name: str, version: int, commit: engine.CommitI
 # ---------------------------------------------------------------- export
 
 
+# What a spreadsheet reads as the start of a formula (OWASP's CSV injection list), as a DuckDB regex.
+_FORMULA_START = "^[=+\\-@\t\r]"
+
+
+def _spreadsheet_safe_columns(scan: str) -> str:
+    """The select list that prefixes ``'`` to text cells starting like a formula (other types as they are)."""
+    pattern = reads.quote_literal(_FORMULA_START)
+    selected = []
+    for name, column_type, *_ in reads.cursor().execute(f"DESCRIBE SELECT * FROM {scan}").fetchall():
+        column = reads.quote_ident(name)
+        if str(column_type).upper() == "VARCHAR":
+            quote = reads.quote_literal("'")
+            selected.append(
+                f"CASE WHEN regexp_matches({column}, {pattern}) THEN {quote} || {column} ELSE {column} END AS {column}"
+            )
+        else:
+            selected.append(column)
+    return ", ".join(selected)
+
+
 def export_version(
-    catalog: Catalog, project_id: str, dataset_id: str, out: Path, *, actor: User, version: int | None = None
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    out: Path,
+    *,
+    actor: User,
+    version: int | None = None,
+    raw: bool = False,
 ) -> ExportResult:
     """Write every column (``row_id`` included) of a version to ``out`` (.parquet or .csv).
 
     The file is written next to ``out`` under a temporary name and renamed, so a failure
-    leaves nothing behind.
+    leaves nothing behind. In a CSV, a text cell that a spreadsheet would run as a formula
+    (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR) gets a leading ``'`` unless
+    ``raw``; numbers, dates and booleans are written as they are.
 
     Raises:
         InvalidInput: An unsupported suffix, ``out`` is a folder, or its folder is missing.
@@ -948,10 +978,9 @@ def export_version(
     chosen = _readable(log, f"{project_id}/{dataset_id}", log.latest if version is None else int(version))
     temporary = out.parent / f".{out.name}.{uuid.uuid4().hex}.tmp"
     options = "FORMAT parquet" if fmt == "parquet" else "FORMAT csv, HEADER true"
-    sql = (
-        f"COPY (SELECT * FROM delta_scan({reads.quote_literal(str(main))}, version => {chosen})) "
-        f"TO {reads.quote_literal(str(temporary))} ({options})"
-    )
+    scan = f"delta_scan({reads.quote_literal(str(main))}, version => {chosen})"
+    columns = "*" if fmt == "parquet" or raw else _spreadsheet_safe_columns(scan)
+    sql = f"COPY (SELECT {columns} FROM {scan}) TO {reads.quote_literal(str(temporary))} ({options})"
     try:
         row = reads.cursor().execute(sql).fetchone()
         os.replace(temporary, out)

@@ -440,7 +440,7 @@ def plan_import(
     file_names = {n.lower(): n for n, _ in upload.columns}
     dataset_key = dataset.key_column
     if key is not None and mode == "append":
-        raise InvalidInput("--key is for upsert; an append adds every row as new", field="key")
+        raise InvalidInput("a key is for upsert; an append adds every row as new, so leave the key out", field="key")
     if dataset_key is not None and dataset_key.lower() not in file_names:
         raise InvalidInput(
             f"{upload.file_name} has no column {dataset_key!r}, the dataset's key; every row needs one",

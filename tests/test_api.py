@@ -837,6 +837,11 @@ def test_every_cli_json_document_and_its_api_twin_have_the_same_fields(
             cli.state.json = False
             assert cli.main(["--json", *args]) == 0, capsys.readouterr().err
             cli_doc = json.loads(capsys.readouterr().out)
+            if isinstance(cli_doc, dict) and args[:2] in (["dataset", "list"], ["dataset", "show"]):
+                # The CLI shows its operator the dataset's folder; the API never shows server paths (issue 25 §6).
+                docs = cli_doc.get("datasets", [cli_doc])
+                for doc in docs:
+                    doc.pop("path")
             answer = c.get(path)
             assert answer.status_code == 200, (path, answer.text)
             _same_shape(cli_doc, answer.json(), " ".join(args))
@@ -937,3 +942,58 @@ def test_rules_are_proposed_and_accepted_and_a_stewards_rule_is_kept(
     assert (score["severity"], rules.edited_by(score)) == ("critical", "boss")
     (event,) = audit.list_events(server.catalog, name="rules_accepted")
     assert (event.actor, event.dataset_id, event.details["kept"]) == ("boss", "ruled", ["score:be_between"])
+
+
+# ---------------------------------------------------------------- issue 25 §6: what the API shows
+
+
+def test_api_bodies_hold_no_server_paths_and_a_request_shows_its_description(server: Server, people: str) -> None:
+    with server.client("boss") as c:
+        listed = c.get("/api/v1/projects/demo/datasets").json()["datasets"]
+        shown = c.get(f"/api/v1/projects/demo/datasets/{people}").json()
+        cleaned = c.post("/api/v1/cleanup", json={"dry_run": True}).json()
+    for doc in (*listed, shown, cleaned):
+        assert "path" not in doc and "report" not in doc, doc
+        assert str(server.data_root) not in json.dumps(doc), doc
+    row_ids = _row_ids(server, people)
+    with server.client("ed") as c:
+        saved = c.post(
+            f"/api/v1/projects/demo/datasets/{people}/edits",
+            json={"set": [{"row_id": row_ids[11], "column": "name", "value": "described"}]},
+        )
+        submitted = c.post(
+            f"/api/v1/projects/demo/datasets/{people}/change-requests",
+            json={"session_id": saved.json()["session_id"], "title": "d", "description": "why:\nline two"},
+        )
+        assert submitted.status_code == 201, submitted.text
+        cr_id = submitted.json()["cr_id"]
+        assert c.get(f"/api/v1/change-requests/{cr_id}").json()["description"] == "why:\nline two"
+        c.post(f"/api/v1/change-requests/{cr_id}/withdraw")
+
+
+def test_a_refused_diff_names_the_api_parameters(server: Server, people: str) -> None:
+    with server.client("ed") as c:
+        refused = c.get(f"/api/v1/projects/demo/datasets/{people}/diff", params={"from": 1, "to": 1})
+    _assert_error(refused, 400, "invalid_input")
+    error = refused.json()["error"]
+    assert error["field"] == "from" and "from (1)" in error["message"] and "to (1)" in error["message"]
+    assert "--" not in error["message"]
+
+
+def test_a_csv_export_neutralises_formula_text_unless_raw(server: Server) -> None:
+    """Text a spreadsheet would run (=, +, -, @ first) gets a leading '; numbers stay numbers; raw=true opts out."""
+    names = ["=1+1", "+SUM(A1)", "-x", "@cmd", "plain", "a=b"]
+    table = pa.table(
+        {"id": pa.array(range(1, 7), pa.int64()), "name": pa.array(names), "score": pa.array([-1.5] * 6)}
+    )
+    sink = io.BytesIO()
+    pacsv.write_csv(table, sink)
+    assert _create(server, "formulas", sink.getvalue()).status_code == 201
+    export = "/api/v1/projects/demo/datasets/formulas/export"
+    with server.client("ed") as c:
+        safe = pacsv.read_csv(io.BytesIO(c.get(export, params={"format": "csv"}).content)).to_pydict()
+        raw = pacsv.read_csv(io.BytesIO(c.get(export, params={"format": "csv", "raw": "true"}).content)).to_pydict()
+    by_id = dict(zip(safe["id"], safe["name"], strict=True))
+    assert [by_id[i] for i in range(1, 7)] == ["'=1+1", "'+SUM(A1)", "'-x", "'@cmd", "plain", "a=b"]
+    assert set(safe["score"]) == {-1.5}
+    assert dict(zip(raw["id"], raw["name"], strict=True)) == dict(zip(range(1, 7), names, strict=True))

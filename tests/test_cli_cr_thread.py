@@ -130,3 +130,22 @@ def test_decisions_name_the_revision_reviewed(capsys, catalog: Catalog) -> None:
     approved = run(capsys, "cr", "approve", cr_id, "--as", "al", "--revision", "2")
     assert approved.code == 0, approved.err
     assert f"change request {cr_id} (revision 2) merged as version 1" in approved.out
+
+
+def test_show_escapes_control_characters_and_shows_the_description(capsys, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    """A comment, a value or a description cannot break a line or send terminal escapes (issue 25 §6)."""
+    assert run(capsys, "edit", "demo", "people", "--as", "ed", "--set", "3", "name", "two\nlines\x1b[2J").code == 0
+    submitted = run(
+        capsys, "--json", "cr", "submit", "demo", "people", "--as", "ed", "--title", "Names",
+        "--description", "why:\r\nbecause",
+    )  # fmt: skip
+    assert submitted.code == 0, submitted.err
+    cr_id = str(submitted.json()["cr_id"])
+    assert run(capsys, "cr", "comment", cr_id, "--as", "al", "--text", "see\x1b]0;owned\x07 here\nnext").code == 0
+    shown = run(capsys, "cr", "show", cr_id, "--as", "al")
+    assert shown.code == 0, shown.err
+    assert "\x1b" not in shown.out and "\r" not in shown.out and "\x07" not in shown.out
+    assert "two\\nlines\\x1b[2J" in shown.out
+    assert "see\\x1b]0;owned\\x07 here\\nnext" in shown.out
+    assert "description: why:\\r\\nbecause" in shown.out
+    assert run(capsys, "--json", "cr", "show", cr_id, "--as", "al").json()["description"] == "why:\r\nbecause"

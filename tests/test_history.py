@@ -231,7 +231,7 @@ def test_diff_has_one_entry_per_changed_cell_and_per_inserted_or_deleted_row(cat
         (
             lambda c: history.diff_versions(c, PROJECT, DATASET, 2, 1, actor=get_user(c, "ed")),
             InvalidInput,
-            r"--from \(2\) must be older than --to \(1\)",
+            r"from \(2\) must be older than to \(1\)",
         ),
         (
             lambda c: history.diff_versions(c, PROJECT, DATASET, 1, 5, actor=get_user(c, "ed")),

@@ -30,8 +30,8 @@ def workspace(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     """A small workspace: a project, an editor and a site admin, whose token every call carries."""
     monkeypatch.setenv(WARM_ENGINE_ENV, "0")
     projects.create_project(catalog, "demo")
-    auth.create_user(catalog, "site", password="password123", site_admin=True)
-    auth.create_user(catalog, "ed", password="password123")
+    auth.create_user(catalog, "site", password="not-a-common-password", site_admin=True)
+    auth.create_user(catalog, "ed", password="not-a-common-password")
     auth.add_member(catalog, "demo", "ed", "editor")
     _bearer["Authorization"] = f"Bearer {tokens.create_token(catalog, 'site').secret}"
     yield

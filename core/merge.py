@@ -621,10 +621,15 @@ def _merge_open_request(
         ) from exc
     metrics.stage_timings(stages)
     remove_leftovers(merged)
-    notify.emit(
-        catalog, "approved", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
-        extra={"version": version, "comment": merged.close_reason}, dedup_key=f"approved:{cr_id}",
-    )
+    try:
+        notify.emit(
+            catalog, "approved", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, extra={"version": version, "comment": merged.close_reason},
+            dedup_key=f"approved:{cr_id}",
+        )  # fmt: skip
+    except CatalogUnavailable:
+        # The request is merged and recorded; an error here would say "nothing was saved".
+        log.warning("%s merged as version %s, but its notifications could not be queued", cr_id, version, exc_info=True)
     report(1.0, f"Merged as version {version}")
     return merged
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core import change_requests, engine, merge, writer
+from core import change_requests, engine, merge, notify, writer
 from core.catalog import Catalog, DatasetRow, open_catalog, reset_catalogs
 from core.change_requests import CRState
 from core.datasets import get_dataset
@@ -266,3 +266,20 @@ def test_the_catalog_failing_at_any_step_of_an_approval_leaves_no_lease_and_a_re
     assert [c.version for c in ms.merge_commits(cr.id)] == [1]
     assert _lease_holder(catalog) is None
     assert calls, f"{name} was never called"
+
+
+def test_a_catalog_failure_while_queueing_notifications_after_the_merge_still_reports_it_merged(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cr = ms.submit(catalog, "ed", OPS)
+    al = ms.user(catalog, "al")
+
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        raise CatalogUnavailable("the catalog is unavailable: database is locked", hint="nothing was saved")
+
+    monkeypatch.setattr(notify, "emit", locked)
+    merged = merge.approve_change_request(catalog, cr.id, actor=al)
+
+    assert (merged.state, merged.merged_version) == (CRState.MERGED, 1)
+    assert change_requests.get_change_request(catalog, cr.id, actor=al).state == CRState.MERGED
+    assert f"{cr.id} merged as version 1, but its notifications could not be queued" in caplog.text

@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: run test setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster clean
+.PHONY: run test test-fast setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 ## and the HTTP API on http://localhost:8600 (scripts/run.sh: the API stops when the app does)
@@ -17,6 +17,10 @@ test: setup-test jars jars-s3a chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q --durations=25
+
+## test-fast: the inner loop: everything but the browser (e2e) and loopback-cluster tiers
+test-fast: setup-test jars postgres promtool
+	$(BIN)/pytest -q --durations=10 -m "not e2e and not cluster"
 
 setup: $(VENV)/.runtime
 

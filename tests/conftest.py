@@ -55,3 +55,10 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with postgres_cluster(base) as url:
         yield url
     shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/e2e drives a browser: it carries the ``e2e`` marker (``make test-fast`` leaves it out)."""
+    for item in items:
+        if "e2e" in Path(str(item.path)).relative_to(Path(__file__).parent).parts[:1]:
+            item.add_marker(pytest.mark.e2e)

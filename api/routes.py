@@ -806,7 +806,7 @@ def maintain(
 
 
 class CleanupBody(_Body):
-    ttl_hours: float | None = Field(default=None, ge=0)
+    ttl_hours: float | None = Field(default=None, ge=0, le=maintenance.MAX_TTL_HOURS)
     dry_run: bool = False
 
 

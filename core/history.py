@@ -921,18 +921,21 @@ def _run_restore(main: Location, name: str, version: int, commit: engine.CommitI
 
 # What a spreadsheet reads as the start of a formula (OWASP's CSV injection list), as a DuckDB regex.
 _FORMULA_START = "^[=+\\-@\t\r]"
+# A plain number (``-5``, ``+1.5e3``) is no formula: a spreadsheet reads it as the number it is.
+_PLAIN_NUMBER = "^[+-]?[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$"
 
 
 def _spreadsheet_safe_columns(scan: str) -> str:
     """The select list that prefixes ``'`` to text cells starting like a formula (other types as they are)."""
-    pattern = reads.quote_literal(_FORMULA_START)
+    pattern, number = reads.quote_literal(_FORMULA_START), reads.quote_literal(_PLAIN_NUMBER)
     selected = []
     for name, column_type, *_ in reads.cursor().execute(f"DESCRIBE SELECT * FROM {scan}").fetchall():
         column = reads.quote_ident(name)
         if str(column_type).upper() == "VARCHAR":
             quote = reads.quote_literal("'")
             selected.append(
-                f"CASE WHEN regexp_matches({column}, {pattern}) THEN {quote} || {column} ELSE {column} END AS {column}"
+                f"CASE WHEN regexp_matches({column}, {pattern}) AND NOT regexp_matches({column}, {number}) "
+                f"THEN {quote} || {column} ELSE {column} END AS {column}"
             )
         else:
             selected.append(column)
@@ -953,8 +956,9 @@ def export_version(
 
     The file is written next to ``out`` under a temporary name and renamed, so a failure
     leaves nothing behind. In a CSV, a text cell that a spreadsheet would run as a formula
-    (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR) gets a leading ``'`` unless
-    ``raw``; numbers, dates and booleans are written as they are.
+    (it starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR, and is not a plain number such
+    as ``-5``) gets a leading ``'`` unless ``raw``; numbers, dates and booleans are written as
+    they are.
 
     Raises:
         InvalidInput: An unsupported suffix, ``out`` is a folder, or its folder is missing.

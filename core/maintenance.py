@@ -896,6 +896,10 @@ def _orphan_imports(
     ]
 
 
+# The longest TTL a cleanup takes: ten years (a longer one would overflow a date).
+MAX_TTL_HOURS = 24 * 365 * 10
+
+
 def _check_ttl(ttl_hours: float | None) -> float | None:
     if ttl_hours is None:
         return None
@@ -905,6 +909,10 @@ def _check_ttl(ttl_hours: float | None) -> float | None:
         raise InvalidInput(f"TTL must be a number of hours, got {ttl_hours!r}", field="ttl_hours") from exc
     if math.isnan(hours) or math.isinf(hours) or hours < 0:
         raise InvalidInput(f"TTL must be 0 hours or more, got {ttl_hours!r}", field="ttl_hours")
+    if hours > MAX_TTL_HOURS:
+        raise InvalidInput(
+            f"TTL must be at most {MAX_TTL_HOURS:,} hours (ten years), got {ttl_hours!r}", field="ttl_hours"
+        )
     return hours
 
 

@@ -982,9 +982,9 @@ def test_a_refused_diff_names_the_api_parameters(server: Server, people: str) ->
 
 def test_a_csv_export_neutralises_formula_text_unless_raw(server: Server) -> None:
     """Text a spreadsheet would run (=, +, -, @ first) gets a leading '; numbers stay numbers; raw=true opts out."""
-    names = ["=1+1", "+SUM(A1)", "-x", "@cmd", "plain", "a=b"]
+    names = ["=1+1", "+SUM(A1)", "-x", "@cmd", "plain", "a=b", "-5"]  # "-5" is a plain number, no formula
     table = pa.table(
-        {"id": pa.array(range(1, 7), pa.int64()), "name": pa.array(names), "score": pa.array([-1.5] * 6)}
+        {"id": pa.array(range(1, 8), pa.int64()), "name": pa.array(names), "score": pa.array([-1.5] * 7)}
     )
     sink = io.BytesIO()
     pacsv.write_csv(table, sink)
@@ -994,6 +994,6 @@ def test_a_csv_export_neutralises_formula_text_unless_raw(server: Server) -> Non
         safe = pacsv.read_csv(io.BytesIO(c.get(export, params={"format": "csv"}).content)).to_pydict()
         raw = pacsv.read_csv(io.BytesIO(c.get(export, params={"format": "csv", "raw": "true"}).content)).to_pydict()
     by_id = dict(zip(safe["id"], safe["name"], strict=True))
-    assert [by_id[i] for i in range(1, 7)] == ["'=1+1", "'+SUM(A1)", "'-x", "'@cmd", "plain", "a=b"]
+    assert [by_id[i] for i in range(1, 8)] == ["'=1+1", "'+SUM(A1)", "'-x", "'@cmd", "plain", "a=b", "-5"]
     assert set(safe["score"]) == {-1.5}
-    assert dict(zip(raw["id"], raw["name"], strict=True)) == dict(zip(range(1, 7), names, strict=True))
+    assert dict(zip(raw["id"], raw["name"], strict=True)) == dict(zip(range(1, 8), names, strict=True))

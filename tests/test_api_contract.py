@@ -9,6 +9,7 @@ with ``Allow``. A few examples per operation keep the run to a few minutes on tw
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -114,7 +115,10 @@ def test_a_streamed_json_body_is_refused_once_it_passes_the_limit(monkeypatch: p
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
-    asyncio.run(app(scope, receive, send))
+    # A thread of its own: a browser test earlier in the session may leave an event loop running in this one.
+    runner = threading.Thread(target=asyncio.run, args=(app(scope, receive, send),))
+    runner.start()
+    runner.join(timeout=60)
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 413
     assert chunks_read <= 5
 

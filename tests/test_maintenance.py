@@ -504,6 +504,8 @@ def test_cleanup_refusals_change_nothing(catalog: Catalog, leftovers: dict[str, 
         maintenance.cleanup(catalog, actor=get_user(catalog, "ed"))
     with pytest.raises(InvalidInput, match="0 hours or more"):
         maintenance.cleanup(catalog, actor=SYSTEM, ttl_hours=-1)
+    with pytest.raises(InvalidInput, match="at most 87,600 hours"):  # the fuzzer's 24e9 hours overflowed a date
+        maintenance.cleanup(catalog, actor=SYSTEM, ttl_hours=24e9)
     assert (_names(layout.live_edit_root), _names(layout.staging_root), _names(layout.imports_root)) == everything
     assert _events(catalog, "cleanup_run") == []
     assert not (get_settings().data_root / "audit" / "cleanup").exists()

@@ -247,7 +247,7 @@ def test_a_random_schema_round_trips_exactly_or_is_refused(
     # Export, as `oreo export` does, to Parquet and to CSV.
     parquet_out, csv_out = folder / "out.parquet", folder / "out.csv"
     history.export_version(people, "demo", dataset, parquet_out, actor=ed)
-    history.export_version(people, "demo", dataset, csv_out, actor=ed)
+    history.export_version(people, "demo", dataset, csv_out, actor=ed, raw=True)  # raw: text exactly as stored
     exported = reads.cursor().execute(
         f"SELECT {as_text} FROM read_parquet(?) WHERE row_id = ?", [str(parquet_out), row_id]
     )

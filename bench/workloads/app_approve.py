@@ -217,7 +217,7 @@ class _App:
         page.get_by_role("textbox", name="Username").press_sequentially("approver")
         page.get_by_role("textbox", name="Password").press_sequentially(PASSWORD)
         page.get_by_role("button", name="Sign in", exact=True).click()
-        see(page.get_by_role("heading", name="Datasets")).to_be_visible(timeout=UI_TIMEOUT_MS)
+        see(page.get_by_role("heading", name="Datasets", exact=True)).to_be_visible(timeout=UI_TIMEOUT_MS)
         self._idle()
 
     def _idle(self) -> None:

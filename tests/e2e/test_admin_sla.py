@@ -97,10 +97,10 @@ def test_an_admin_reads_the_service_levels_and_the_side_port_counts_the_reads(
     page.get_by_role("textbox", name="Username").press_sequentially("admin")
     page.get_by_role("textbox", name="Password").press_sequentially(demo_workspace.passwords["admin"])
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     # The Table page reads a page of the table: one read at least, counted in this server process.
     page.get_by_role("link", name="Table").click()
-    settle(page, page.get_by_role("heading", name="Table"))
+    settle(page, page.get_by_role("heading", name="Table", exact=True))
     expect(page.get_by_test_id("stDataFrame").first).to_be_visible()
     after = scrape(port)
     assert after["oreo_page_read_seconds_count{}"] > before.get("oreo_page_read_seconds_count{}", 0)
@@ -122,7 +122,7 @@ def test_an_admin_reads_the_service_levels_and_the_side_port_counts_the_reads(
     other = {"approvals": {"failed": 2, "merged": 3}, "import_rows": 4000, "import_seconds": 10.0}
     (folder / f"{datetime.now(UTC):%Y%m%d%H}-1-other.json").write_text(json.dumps(other))
     page.get_by_role("link", name="Datasets").click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     page.get_by_role("link", name="Admin").click()
     settle(page, page.get_by_role("heading", name="Service levels, last 24 hours"))
     expect(cell(table, 1, "last 24 h")).to_have_text("400 rows/s")

@@ -91,7 +91,7 @@ def test_demo_role_signs_in_pages_and_filters(
     page = new_page(oreo_server.url)
     sign_in(page, role, demo_workspace.passwords[role])
 
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     expect(page.get_by_role("heading", name="Demo project")).to_be_visible()
     expect(page.get_by_test_id("stCaptionContainer").filter(has_text="project demo")).to_have_text(
         f"project demo · your role: {role}"
@@ -147,7 +147,7 @@ def test_wrong_password_is_refused(
 
     settle(page, page.get_by_test_id("stAlertContentError"), "invalid username or password")
     expect(page.get_by_role("button", name="Sign in", exact=True)).to_be_visible()
-    expect(page.get_by_role("heading", name="Datasets")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_have_count(0)
     expect(page.get_by_text("Signed in as")).to_have_count(0)
 
 
@@ -156,15 +156,15 @@ def test_sign_out_returns_to_the_login_page(
 ) -> None:
     page = new_page(oreo_server.url)
     sign_in(page, "approver", demo_workspace.passwords["approver"])
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
     page.get_by_role("button", name="Sign out").click()
 
     settle(page, page.get_by_role("button", name="Sign in", exact=True))
     expect(page.get_by_role("textbox", name="Username")).to_have_value("")
-    expect(page.get_by_role("heading", name="Datasets")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_have_count(0)
     expect(page.get_by_role("link", name="Table")).to_have_count(0)
     # A reload keeps the user signed out: nothing of the old session survives.
     page.reload()
     settle(page, page.get_by_role("button", name="Sign in", exact=True))
-    expect(page.get_by_role("heading", name="Datasets")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_have_count(0)

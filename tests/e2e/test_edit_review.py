@@ -105,7 +105,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def open_table(page: Page, settle: Settle, total: int) -> None:
@@ -284,7 +284,7 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     expect(cell(editor(page), 2, "first_name")).to_have_text(old_name)
 
     page.get_by_role("link", name="My requests").click()
-    settle(page, page.get_by_role("heading", name="My requests"))
+    settle(page, page.get_by_role("heading", name="My requests", exact=True))
     expect(page.locator(f".st-key-request_{cr_id}")).to_contain_text("Platinum for one customer")
     expect(page.get_by_role("button", name="Withdraw")).to_have_count(1)
 

@@ -82,12 +82,12 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def open_history(page: Page, settle: Settle) -> None:
     page.get_by_role("link", name="History").click()
-    settle(page, page.get_by_role("heading", name="History"))
+    settle(page, page.get_by_role("heading", name="History", exact=True))
     expect(grid(page, "history_versions")).to_be_visible()
     wait_idle(page)
 
@@ -425,7 +425,7 @@ def test_the_admin_url_is_refused_to_non_admins(
     settle(page, page.get_by_test_id("stAlertContainer").filter(has_text="needs the admin role"))
     expect(page.get_by_text("Page not found")).to_have_count(0)
     expect(page.get_by_role("link", name="Admin")).to_have_count(0)
-    expect(page.get_by_role("heading", name="Admin")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Admin", exact=True)).to_have_count(0)
     expect(page.get_by_role("button", name="Run OPTIMIZE")).to_have_count(0)
     expect(page.get_by_test_id("stMetric")).to_have_count(0)
 
@@ -441,7 +441,7 @@ def test_the_admin_reaches_the_admin_page(
     page = new_page(server.url)
     sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
     page.get_by_role("link", name="Admin").click()
-    settle(page, page.get_by_role("heading", name="Admin"))
+    settle(page, page.get_by_role("heading", name="Admin", exact=True))
     assert page.url.rstrip("/").endswith("/admin")
     expect(page.get_by_test_id("stMetric").filter(has_text="Versions")).to_be_visible()
     expect(page.get_by_role("button", name="Run OPTIMIZE")).to_be_visible()

@@ -54,7 +54,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def choose(page: Page, key: str, option: str) -> None:
@@ -104,7 +104,7 @@ def test_an_imported_new_column_is_reviewed_merged_and_shown(
     page = new_page(import_server.url)
     sign_in(page, "editor", demo_workspace.passwords["editor"], settle)
     page.get_by_role("link", name="Import").click()
-    settle(page, page.get_by_role("heading", name="Import"))
+    settle(page, page.get_by_role("heading", name="Import", exact=True))
     choose(page, "oreo_dataset", "demo/customers")
     page.locator(".st-key-import_file input[type='file']").set_input_files(new_customers)
 

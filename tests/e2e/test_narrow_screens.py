@@ -78,7 +78,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def open_page(page: Page, path: str, heading: str, settle: Settle) -> None:

@@ -111,12 +111,12 @@ def test_the_approver_is_told_of_a_submitted_request(
     # The approver's next click shows the count: here, opening the Datasets page again.
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.get_by_role("link", name="Datasets").click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     expect(badge).to_contain_text("1 unread")
     shot(page, "1-badge")
 
     badge.get_by_role("link").click()
-    settle(page, page.get_by_role("heading", name="Inbox"))
+    settle(page, page.get_by_role("heading", name="Inbox", exact=True))
     entry = page.locator("[class*='st-key-inbox_item_']")
     expect(entry).to_have_count(1)
     expect(entry).to_contain_text(f"editor submitted “{TITLE}” on demo/customers")
@@ -125,7 +125,7 @@ def test_the_approver_is_told_of_a_submitted_request(
     shot(page, "2-inbox")
 
     entry.get_by_role("button", name="Open request").click()
-    settle(page, page.get_by_role("heading", name="Review"))
+    settle(page, page.get_by_role("heading", name="Review", exact=True))
     expect(page.get_by_role("heading", name=TITLE)).to_be_visible()
     wait_idle(page)
     expect(badge.get_by_role("link")).to_have_accessible_name("Inbox")  # opened: read
@@ -181,7 +181,7 @@ def test_the_admin_page_shows_a_dead_webhook_with_its_last_error(
     page.set_viewport_size({"width": 1400, "height": 1000})
     sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
     page.get_by_role("link", name="Admin").click()
-    settle(page, page.get_by_role("heading", name="Notifications"))
+    settle(page, page.get_by_role("heading", name="Notifications", exact=True))
     section = page.locator(".st-key-admin_notifications")
     expect(section).to_contain_text("1 webhook(s) failing")
     expect(section).to_contain_text("Dead deliveries (1, newest first)")

@@ -68,7 +68,7 @@ def test_sso_group_grants_the_approver_role(
     page = new_page(sso_server.url)
     sign_in_with_sso(page, settle, "stella")
 
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     assert page.url.startswith(sso_server.url)
     sidebar = page.get_by_test_id("stSidebar")
     expect(sidebar).to_contain_text("Signed in as Stella Steward")
@@ -87,7 +87,7 @@ def test_sso_without_a_mapped_group_gets_no_role(
     page = new_page(sso_server.url)
     sign_in_with_sso(page, settle, "victor")
 
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
     sidebar = page.get_by_test_id("stSidebar")
     expect(sidebar).to_contain_text("Signed in as Victor Visitor")
     expect(sidebar).to_contain_text("victor · no role yet")
@@ -100,7 +100,7 @@ def test_sso_sign_out_ends_the_provider_session_and_returns_to_login(
 ) -> None:
     page = new_page(sso_server.url)
     sign_in_with_sso(page, settle, "stella")
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
     page.get_by_role("button", name="Sign out").click()
 
@@ -109,7 +109,7 @@ def test_sso_sign_out_ends_the_provider_session_and_returns_to_login(
     page.get_by_role("button", name="End session").click()
     page.wait_for_url(f"{sso_server.url}/**")
     settle(page, page.get_by_role("button", name="Sign in with SSO"))
-    expect(page.get_by_role("heading", name="Datasets")).to_have_count(0)
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_have_count(0)
     expect(page.get_by_text("Signed in as")).to_have_count(0)
     # The identity cookie is gone: a reload does not sign the user back in.
     page.reload()

@@ -74,8 +74,8 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
     # A sign-in right after a submit can wait on a busy machine past settle's 60 s.
-    expect(page.get_by_role("heading", name="Datasets")).to_be_visible(timeout=SLOW_MS)
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_be_visible(timeout=SLOW_MS)
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def choose(page: Page, key: str, option: str) -> None:
@@ -110,7 +110,7 @@ def test_a_replace_is_explained_reviewed_with_its_deletions_and_merged(
     page = new_page(replace_server.url)
     sign_in(page, "editor", demo_workspace.passwords["editor"], settle)
     page.get_by_role("link", name="Import").click()
-    settle(page, page.get_by_role("heading", name="Import"))
+    settle(page, page.get_by_role("heading", name="Import", exact=True))
     choose(page, "oreo_dataset", "demo/customers")
     page.locator(".st-key-import_file input[type='file']").set_input_files(source)
     expect(page.locator(".st-key-import_upload")).to_contain_text(

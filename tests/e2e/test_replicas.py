@@ -175,10 +175,10 @@ def test_an_edit_on_one_replica_is_approved_on_the_other_and_a_restore_is_fenced
 
     # The sign-in made on A is valid on B: the browser presents the same session cookie.
     page_a.goto(replicas.b.url)
-    settle(page_a, page_a.get_by_role("heading", name="Datasets"))
+    settle(page_a, page_a.get_by_role("heading", name="Datasets", exact=True))
     expect(page_a.get_by_text("Signed in as")).to_contain_text("editor")
     page_a.goto(replicas.a.url)
-    settle(page_a, page_a.get_by_role("heading", name="Datasets"))
+    settle(page_a, page_a.get_by_role("heading", name="Datasets", exact=True))
 
     # ---- replica B: the approver sees A's request and merges it
     page_b = new_page(replicas.b.url)

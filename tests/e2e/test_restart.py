@@ -171,7 +171,7 @@ def _sign_in(page: Page, username: str, password: str) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    expect(page.get_by_role("heading", name="Datasets")).to_be_visible()
+    expect(page.get_by_role("heading", name="Datasets", exact=True)).to_be_visible()
     expect(page.locator(APP_IDLE)).to_be_attached()
 
 
@@ -271,7 +271,7 @@ def test_a_server_killed_mid_approval_leaves_the_request_open_and_says_so_after_
 
     # The author's page says merged too, and no longer that anything was interrupted.
     author.get_by_role("link", name="Datasets").click()
-    expect(author.get_by_role("heading", name="Datasets")).to_be_visible()
+    expect(author.get_by_role("heading", name="Datasets", exact=True)).to_be_visible()
     author.get_by_role("link", name="My requests").click()
     grid = author.get_by_test_id("stDataFrame").first.locator("table[role='grid']")  # the list, above the details
     expect(grid).to_contain_text(cr_id)

@@ -83,7 +83,7 @@ def sign_in(page: Page, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially("approver")
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def follow_link(page: Page, cr_id: str) -> None:

@@ -49,7 +49,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def editor(page: Page) -> Locator:
@@ -228,7 +228,7 @@ def test_approver_reads_updates_inserts_and_deletes_as_rows(
     page = new_page(rows_server.url)
     sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
     page.get_by_role("link", name="History").click()
-    settle(page, page.get_by_role("heading", name="History"))
+    settle(page, page.get_by_role("heading", name="History", exact=True))
     show(page, "Compare")
     compare = page.locator(".st-key-history_changes")
     expect(compare.locator("tbody tr")).to_have_count(3, timeout=SLOW_MS)

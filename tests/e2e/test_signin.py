@@ -175,7 +175,7 @@ def test_sign_out_revokes_the_cookie_server_side(
     stolen = thief.new_page()
     goto(stolen, "/datasets")
     expect_login_form(stolen, settle)
-    expect(stolen.get_by_role("heading", name="Datasets")).to_have_count(0)
+    expect(stolen.get_by_role("heading", name="Datasets", exact=True)).to_have_count(0)
     thief.close()
     context.close()
 

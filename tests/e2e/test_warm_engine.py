@@ -70,7 +70,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
     page.get_by_role("textbox", name="Username").press_sequentially(username)
     page.get_by_role("textbox", name="Password").press_sequentially(password)
     page.get_by_role("button", name="Sign in", exact=True).click()
-    settle(page, page.get_by_role("heading", name="Datasets"))
+    settle(page, page.get_by_role("heading", name="Datasets", exact=True))
 
 
 def test_the_server_warms_the_engine_before_anyone_opens_it(start_oreo: Callable[..., OreoServer]) -> None:
@@ -110,7 +110,7 @@ def test_a_click_before_the_engine_is_ready_says_it_is_starting(
     page.set_viewport_size({"width": 1400, "height": 1000})
     sign_in(page, "admin", demo_workspace.passwords["admin"], settle)
     page.get_by_role("link", name="Admin").click()
-    settle(page, page.get_by_role("heading", name="Admin"))
+    settle(page, page.get_by_role("heading", name="Admin", exact=True))
     button = page.get_by_role("button", name="Write checkpoint")
     expect(button).to_be_visible()
     assert engine_status(server)["state"] == "starting", "the engine must still be starting for this test"

@@ -39,8 +39,20 @@ def workspace(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> Iterator[Non
     _bearer.clear()
 
 
-# The schema the app publishes; its calls go to the app in-process and read this test's catalog.
-schema = schemathesis.openapi.from_asgi("/openapi.json", create_app())
+def _published_schema() -> schemathesis.BaseSchema:
+    """The schema the app publishes; its calls go to the app in-process and read each test's catalog.
+
+    Loading it runs the app's lifespan at collection time: without the warm-up setting off
+    there, it would start the shared Spark engine (and a scratch MERGE) before any test set it up.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(WARM_ENGINE_ENV, "0")
+        loaded = schemathesis.openapi.from_asgi("/openapi.json", create_app())
+        loaded.raw_schema  # noqa: B018 - loaded now, while the warm-up is off
+        return loaded
+
+
+schema = _published_schema()
 
 
 @schema.parametrize()

@@ -11,17 +11,14 @@ which holds the author's value and has no conflict left. Screenshots at 1400x100
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+from test_review_link import SIZES, oreo, wait_idle  # the real CLI on the shared server; idle
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -30,32 +27,9 @@ Settle = Callable[..., None]
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # submits and an approval start Spark in the CLI
 
-REPO = Path(__file__).resolve().parents[2]
 SLOW_MS = 900_000  # staging a revision on a busy 2-core machine
-APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
-SIZES = {"wide": {"width": 1400, "height": 1000}, "small": {"width": 1024, "height": 768}}
 CUSTOMER = "100301"  # a demo customer no other test on this server touches
 MINE, THEIRS = "Minakeeps", "Theotook"
-
-
-def oreo(server: OreoServer, *args: str) -> Any:
-    """Run the real CLI on the server's workspace, as an operator (or a second person) would."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
-    env.pop("SPARK_REMOTE", None)
-    env.update(
-        DELTA_DATA_ROOT=str(server.data_root),
-        OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
-    )
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "oreo"), "--json", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"oreo {' '.join(args)} failed:\n{done.stderr[-2000:]}"
-    return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +49,6 @@ def collision(oreo_server: OreoServer) -> dict[str, str]:
         made[name] = str(submitted["cr_id"])
     oreo(server, "cr", "approve", made["theo"], "--as", "approver")
     return made
-
-
-def wait_idle(page: Page) -> None:
-    expect(page.locator(APP_IDLE)).to_be_attached(timeout=SLOW_MS)
 
 
 def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:

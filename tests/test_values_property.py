@@ -190,7 +190,7 @@ def test_edit_submit_approve_read_export_round_trip(
         assert read == expected
 
         out = tmp_path_factory.mktemp("export") / "typed.csv"
-        history.export_version(catalog, "demo", "typed", out, actor=ed)
+        history.export_version(catalog, "demo", "typed", out, actor=ed, raw=True)
         with out.open(newline="") as fh:
             exported = next(csv.DictReader(fh))
         for name, value in expected.items():

@@ -259,6 +259,12 @@ def settle() -> Callable[..., None]:
     return _settle
 
 
+@pytest.fixture
+def quiet() -> Callable[..., None]:
+    """The ``wait_quiet(page, quiet_ms=1000)`` helper (test modules do not import conftest)."""
+    return wait_quiet
+
+
 def wait_idle(page: Page) -> None:
     """Wait until no script run is in progress."""
     expect(page.locator(APP_IDLE)).to_be_attached(timeout=UI_TIMEOUT_MS)

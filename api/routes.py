@@ -148,6 +148,8 @@ def _document(doc: dict[str, Any], status: int = 200) -> Response:
 
 # Where things live on the server's disk: the CLI's documents show them to the operator; the API never does.
 _SERVER_PATHS = ("path", "report")
+# A short retention is forced by the body's own field, not the CLI's --force.
+FORCE_HINT = "set force to true to do it anyway"
 
 
 def _public(doc: dict[str, Any]) -> dict[str, Any]:
@@ -799,6 +801,7 @@ def maintain(
         report = maintenance.maintain(
             catalog, project_id, dataset_id, actor=user, optimize=body.optimize, zorder=body.zorder,
             vacuum=body.vacuum, retain_hours=body.retain_hours, force=body.force, checkpoint=body.checkpoint,
+            force_hint=FORCE_HINT,
         )  # fmt: skip
         return 200, _public(report)
 

@@ -432,7 +432,8 @@ def _raise_on_conflicts(record: ChangeRequest, main: Location, staging: Location
         more = f" and {len(conflicts) - _SHOWN} more" if len(conflicts) > _SHOWN else ""
         raise ConflictError(
             f"change request {record.id} conflicts with newer commits in {len(conflicts)} cell(s): {shown}{more}; "
-            f"its author {record.author} keeps or drops each ({conflicts[0].command(record.id)})"
+            f"its author {record.author} keeps or drops each ({conflicts[0].command(record.id)}; "
+            f"over the API: POST /api/v1/change-requests/{record.id}/resolve with row_id, column and choice)"
         )
 
 

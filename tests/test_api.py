@@ -359,6 +359,9 @@ def test_a_conflict_shows_base_theirs_mine_and_its_author_resolves_it(server: Se
         keep = {"row_id": row, "column": "name", "choice": "mine"}
         refused = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
         _assert_error(refused, 403, "permission_denied")
+        blocked = c.post(f"/api/v1/change-requests/{mine}/approve", json={})
+        _assert_error(blocked, 409, "conflict")
+        assert f"POST /api/v1/change-requests/{mine}/resolve with row_id, column and choice" in blocked.text
     with server.client("boss") as c:
         resolved = c.post(f"/api/v1/change-requests/{mine}/resolve", json=keep)
         assert resolved.status_code == 200, resolved.text
@@ -997,3 +1000,14 @@ def test_a_csv_export_neutralises_formula_text_unless_raw(server: Server) -> Non
     assert [by_id[i] for i in range(1, 8)] == ["'=1+1", "'+SUM(A1)", "'-x", "'@cmd", "plain", "a=b", "-5"]
     assert set(safe["score"]) == {-1.5}
     assert dict(zip(raw["id"], raw["name"], strict=True)) == dict(zip(range(1, 8), names, strict=True))
+
+
+def test_a_short_retention_is_refused_in_the_apis_own_words(server: Server, people: str) -> None:
+    """The refusal names the body's ``force`` field, not the CLI's ``--force``; nothing is vacuumed."""
+    with server.client("boss") as c:
+        refused = c.post(
+            f"/api/v1/projects/demo/datasets/{people}/maintenance", json={"vacuum": True, "retain_hours": 2}
+        )
+    _assert_error(refused, 400, "invalid_input")
+    message = refused.json()["error"]["message"]
+    assert "set force to true to do it anyway" in message and "--" not in message, message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from collections.abc import Iterator
@@ -398,6 +399,22 @@ def test_export_to_object_storage_is_refused_by_name(catalog: Catalog, out: str 
         history.export_version_diff(
             catalog, PROJECT, DATASET, 1, 2, out, actor=get_user(catalog, "ed"), fmt="csv"  # type: ignore[arg-type]
         )
+
+
+def test_cli_export_neutralises_formula_text_unless_raw(capsys, catalog: Catalog, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Text starting with =, tab or CR gets a leading ' in a CSV; a plain number such as -5 does not; --raw opts out."""
+    texts = {"1": "=HYPERLINK(1)", "4": "\tTAB", "6": "\rCR", "7": "-5"}
+    cr = submit(catalog, "ed", [SetCell(row, "name", text) for row, text in texts.items()])
+    merge.approve_change_request(catalog, cr.id, actor=get_user(catalog, "al"))
+    shown = {}
+    for flags in ((), ("--raw",)):
+        out = tmp_path / f"names{len(flags)}.csv"
+        exported = run(capsys, "export", PROJECT, DATASET, "--out", str(out), *flags)
+        assert exported.code == 0, exported.err
+        with out.open(newline="") as fh:
+            shown[flags] = {r["row_id"]: r["name"] for r in csv.DictReader(fh) if r["row_id"] in texts}
+    assert shown[()] == {"1": "'=HYPERLINK(1)", "4": "'\tTAB", "6": "'\rCR", "7": "-5"}
+    assert shown[("--raw",)] == texts
 
 
 # ---------------------------------------------------------------- CLI

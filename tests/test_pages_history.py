@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import history_views
 from core import auth, datasets, history, maintenance, merge, sessions
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -339,6 +340,20 @@ def test_the_activity_chart_shows_what_the_timeline_shows_on_an_axis_that_fits(w
     at.toggle(key="history_hide_maintenance").set_value(False).run(timeout=300)
     _, rows = _chart(at)
     assert int(rows["commits"].sum()) == 3 + len(made)
+
+
+@pytest.mark.parametrize(
+    ("operation", "words"),
+    [
+        ("SET TBLPROPERTIES", "table settings changed (no row changed)"),
+        ("OPTIMIZE", "files compacted (no row changed)"),
+        ("RESTORE", "table restored to an earlier version"),
+        ("CREATE OR REPLACE TABLE AS SELECT", "table replaced by an import"),
+        ("SOMETHING NEW", "something new"),
+    ],
+)
+def test_delta_operation_names_read_in_words(operation: str, words: str) -> None:
+    assert history_views.operation_words(operation) == words
 
 
 def test_a_filter_that_matches_nothing_says_no_rows(workspace: Catalog) -> None:

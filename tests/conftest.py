@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from core import engine
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
+
+E2E = Path(__file__).parent / "e2e"
 
 
 @pytest.fixture(autouse=True)
@@ -58,7 +62,36 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/e2e drives a browser: it carries the ``e2e`` marker (``make test-fast`` leaves it out)."""
+    """Markers that are true: a test under tests/e2e carries ``e2e``; one that uses the ``spark`` fixture, ``spark``."""
     for item in items:
-        if "e2e" in Path(str(item.path)).relative_to(Path(__file__).parent).parts[:1]:
+        if Path(str(item.path)).is_relative_to(E2E):
             item.add_marker(pytest.mark.e2e)
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture(autouse=True)
+def _spark_needs_its_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test without the ``spark`` marker that reaches this process's Spark engine fails, naming the marker.
+
+    The tiers (``make test-fast`` and ``-m "not spark"``) are only as true as the markers; the
+    engine is reached through ``core.engine.get_spark``, so that is where an unmarked test is
+    caught: at once (pytest's failure is no ``Exception`` that code under test could swallow),
+    or when it ends if a background thread (a page's engine start) reached it.
+    """
+    if request.node.get_closest_marker("spark") is not None or request.node.get_closest_marker("e2e") is not None:
+        yield
+        return
+    message = f"{request.node.nodeid} reaches Spark but carries no spark marker: mark it pytest.mark.spark"
+    test_thread = threading.get_ident()
+    from_elsewhere: list[int] = []
+
+    def refused() -> None:
+        if threading.get_ident() != test_thread:
+            from_elsewhere.append(threading.get_ident())
+        pytest.fail(message, pytrace=False)
+
+    monkeypatch.setattr(engine, "get_spark", refused)
+    yield
+    if from_elsewhere:
+        pytest.fail(message, pytrace=False)

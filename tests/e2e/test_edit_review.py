@@ -315,6 +315,9 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     expect(failed).to_contain_text("failed")
     expect(failed).to_contain_text("plan matches ^(")
     expect(failed).to_contain_text('"platinum"')
+    # Counts and values read as the grid shows them: whole numbers, ∅ for empty, never 1.000000, None or <NA>.
+    for raw in ("1.000000", "None", "<NA>"):
+        expect(checks).not_to_contain_text(raw)
     expect(page.locator(".st-key-review_conflicts")).to_contain_text("No conflicts")
     viewport = page.viewport_size
     page.set_viewport_size({"width": 1400, "height": 1000})
@@ -334,6 +337,15 @@ def test_editor_edits_and_submits_then_an_approver_merges(
     expect(alert(page, f"Merged {cr_id}")).to_contain_text("into demo/customers as version 1", timeout=SLOW_MS)
     wait_idle(page)
     expect(page.get_by_text("No open change requests to review.")).to_be_visible()
+    # The news is given once, to the approver who acted: a reload does not bring it back.
+    page.reload()
+    settle(page, page.get_by_text("No open change requests to review."))
+    expect(alert(page, f"Merged {cr_id}")).to_have_count(0)
+    # The inbox says where the request stands now, not only what it was when the approver was told.
+    page.get_by_test_id("stSidebar").get_by_role("link", name=re.compile(r"^Inbox")).click()  # "Inbox 1 unread"
+    settle(page, page.get_by_role("heading", name="Inbox", exact=True, level=1))
+    told = page.get_by_test_id("stCaptionContainer").filter(has_text=cr_id).first
+    expect(told).to_contain_text("now merged")
 
     open_table(page, settle, demo_workspace.rows)
     expect(page.get_by_test_id("stCaptionContainer").filter(has_text="Rows ")).to_contain_text("version 1")

@@ -106,6 +106,24 @@ def test_an_imported_new_column_is_reviewed_merged_and_shown(
     page.get_by_role("link", name="Import").click()
     settle(page, page.get_by_role("heading", name="Import", exact=True))
     choose(page, "oreo_dataset", "demo/customers")
+    # A file with bad values first: each is named with its data row, only its column is blamed, nothing is kept.
+    bad = new_customers.with_name("bad-customers.csv")
+    first, second = CUSTOMERS[1].replace(",3,true,", ",three,true,"), CUSTOMERS[2].replace(",1,false,", ",one,false,")
+    rows = [CUSTOMERS[0], first, second]
+    bad.write_text("\n".join(rows) + "\n")
+    page.locator(".st-key-import_file input[type='file']").set_input_files(bad)
+    refused = page.get_by_test_id("stAlertContainer").filter(has_text="bad-customers.csv has 2 values")
+    expect(refused).to_contain_text(
+        "column 'orders', not a number (BIGINT): data rows 1 ('three'), 2 ('one')", timeout=SLOW_MS
+    )
+    for unrelated in ("'customer_id'", "'monthly_spend'", "'signup_date'", "'active'"):
+        expect(refused).not_to_contain_text(unrelated)
+    # As a person would: discard the refused file, then choose the right one.
+    expect(page.locator(APP_IDLE)).to_be_attached(timeout=SLOW_MS)  # a click during a run can be lost
+    page.locator(".st-key-import_upload").get_by_role("button", name="Discard").click()
+    expect(page.get_by_test_id("stAlertContainer").filter(has_text="Discarded bad-customers.csv")).to_be_visible()
+    expect(refused).to_have_count(0)
+    expect(page.locator(".st-key-import_file input[type='file']")).to_be_attached()
     page.locator(".st-key-import_file input[type='file']").set_input_files(new_customers)
 
     kept = page.locator(".st-key-import_upload")

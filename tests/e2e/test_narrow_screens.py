@@ -172,6 +172,17 @@ def test_admin_and_history_keep_their_labels_at_1024_px(
     open_page(page, "/admin", "Admin", settle)
     expect(page.get_by_role("button", name="Run VACUUM")).to_be_visible()
     assert look(page, shots, "admin", page.get_by_role("button", name="Run VACUUM")) == []
+    # A VACUUM refused for its short retention says why in place; the rest of the page is still drawn.
+    retention = page.get_by_role("spinbutton", name="Retention (hours)")
+    retention.fill("0")
+    retention.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Run VACUUM").click()
+    settle(page, page.get_by_test_id("stAlertContainer").filter(has_text="to do it anyway"))
+    for label in ("Dry run", "Write checkpoint"):
+        expect(page.get_by_role("button", name=label)).to_be_visible()
+    refusal = page.get_by_test_id("stAlertContainer").filter(has_text="to do it anyway")
+    assert look(page, shots, "admin-vacuum-refused", refusal) == []
     open_page(page, "/history", "History", settle)
     expect(page.get_by_role("heading", name="Activity")).to_be_visible()
     assert look(page, shots, "history", page.get_by_role("heading", name="Activity")) == []

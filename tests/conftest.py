@@ -84,14 +84,14 @@ def _spark_needs_its_marker(request: pytest.FixtureRequest, monkeypatch: pytest.
         return
     message = f"{request.node.nodeid} reaches Spark but carries no spark marker: mark it pytest.mark.spark"
     test_thread = threading.get_ident()
-    from_elsewhere: list[int] = []
+    reached_elsewhere = threading.Event()
 
     def refused() -> None:
         if threading.get_ident() != test_thread:
-            from_elsewhere.append(threading.get_ident())
+            reached_elsewhere.set()
         pytest.fail(message, pytrace=False)
 
     monkeypatch.setattr(engine, "get_spark", refused)
     yield
-    if from_elsewhere:
+    if reached_elsewhere.is_set():
         pytest.fail(message, pytrace=False)

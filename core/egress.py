@@ -66,6 +66,10 @@ class Route:
     extensions: dict[str, Any]
 
 
+# Longer URLs are no receiver's; they would be stored and shown as they are.
+MAX_URL_LENGTH = 2048
+
+
 def parse_webhook_url(url: str) -> httpx.URL:
     """``url`` as an absolute http(s) URL without a user name or password.
 
@@ -73,12 +77,18 @@ def parse_webhook_url(url: str) -> httpx.URL:
         InvalidInput: Not such a URL (the message never repeats a password).
     """
     text = (url or "").strip()
+    if len(text) > MAX_URL_LENGTH:
+        raise InvalidInput(f"bad webhook URL: it has {len(text):,} characters, at most {MAX_URL_LENGTH:,}", field="url")
+    if any(c.isspace() for c in text):
+        raise InvalidInput(f"bad webhook URL {text!r}: it holds a space; write it as %20", field="url")
     try:
         parsed = httpx.URL(text)
     except (httpx.InvalidURL, TypeError) as exc:
         raise InvalidInput(f"bad webhook URL {text!r}: {exc}", field="url") from exc
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InvalidInput(f"bad webhook URL {text!r}: give an absolute http:// or https:// URL", field="url")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise InvalidInput(f"bad webhook URL {text!r}: port {parsed.port} is not between 1 and 65535", field="url")
     if parsed.userinfo:
         raise InvalidInput(
             f"bad webhook URL for host {_host(parsed)!r}: it holds a user name or password; "

@@ -587,6 +587,10 @@ def _allow(monkeypatch: pytest.MonkeyPatch, hosts: str) -> None:
         ("http://[::ffff:127.0.0.1]/", r"^::ffff:127\.0\.0\.1 is not a public address"),
         ("https://user:pass@example.com/", r"^bad webhook URL for host 'example\.com': it holds a user name or pass"),
         ("https://nowhere.invalid/hook", r"^webhook host 'nowhere\.invalid' does not resolve"),
+        ("http://93.184.216.34:99999/", r"^bad webhook URL .*: port 99999 is not between 1 and 65535"),
+        ("http://93.184.216.34:0/", r"^bad webhook URL .*: port 0 is not between 1 and 65535"),
+        ("http://93.184.216.34/a b", r"^bad webhook URL .*: it holds a space"),
+        ("http://93.184.216.34/" + "a" * 5000, r"^bad webhook URL: it has 5,021 characters, at most 2,048"),
     ],
 )
 def test_a_webhook_to_an_internal_address_is_refused_when_added(

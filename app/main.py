@@ -121,7 +121,7 @@ def _route() -> None:
 @asynccontextmanager
 async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, warm it up, and log when it is ready."""
-    engine.start_in_background(warm_up=warmup.warm_up)  # a small MERGE on a scratch table, after ready
+    engine.start_in_background(warm_up=warmup.warm_server)  # a small MERGE, then the tables under review
     notify.start_background_drainer(None)  # sends the notification outbox, one drainer per server process
     metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)
     announce = asyncio.create_task(_announce_engine())

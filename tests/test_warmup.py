@@ -11,8 +11,10 @@ import pytest
 
 from core import engine, merge, warmup
 from core.auth import SYSTEM
-from core.catalog import Catalog
-from core.datasets import list_datasets
+from core.catalog import Catalog, ChangeRequestRow
+from core.datasets import create_dataset, layout_for, list_datasets
+from core.projects import create_project
+from core.storage import remove_tree
 from tests.test_warm_engine import run_python
 
 
@@ -53,6 +55,28 @@ def test_a_killed_warm_ups_old_scratch_table_is_removed(spark: Any, data_root: P
 
     assert not old.exists()
     assert fresh.is_dir()
+
+
+def test_the_server_loads_the_tables_in_review_first_then_the_newest_and_skips_a_broken_one(
+    spark: Any, data_root: Path, catalog: Catalog, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tables with requests in review come first, then the most recently committed, at most ``limit``."""
+    create_project(catalog, "shop")
+    source = tmp_path / "rows.csv"
+    source.write_text("id,name\n1,a\n2,b\n")
+    for name in ("old", "reviewed", "middle", "broken", "newest"):
+        create_dataset(catalog, "shop", name, source, key="id")
+    with catalog.session() as s:
+        s.add(ChangeRequestRow(id="cr_1", project_id="shop", dataset_id="reviewed", author="ann", title="t",
+                               state="open", base_version=0))  # fmt: skip
+        s.add(ChangeRequestRow(id="cr_2", project_id="shop", dataset_id="old", author="ann", title="t",
+                               state="merged", base_version=0))  # fmt: skip
+    remove_tree(layout_for("shop", "broken").main)
+
+    assert warmup.warm_tables(catalog, limit=3) == ["shop/reviewed", "shop/newest"]  # "broken" took a place
+    assert "warming shop/broken up failed" in caplog.text
+    assert warmup.warm_tables(catalog, limit=1) == ["shop/reviewed"]
+    assert warmup.warm_tables(catalog) == ["shop/reviewed", "shop/newest", "shop/middle", "shop/old"]
 
 
 WARM_START = """

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -63,6 +65,17 @@ def test_create_user_generates_a_password_and_stores_only_an_argon2_hash(catalog
     assert other != password  # generated, not a constant
     [event] = list_events(catalog, name="user_created", limit=1)
     assert (event.actor, event.target) == ("system", "user:bob")
+
+
+def test_the_product_hashes_passwords_and_tokens_at_argon2s_default_work_factor() -> None:
+    """The suite hashes cheaply (tests/conftest.py); a process of the product uses argon2id's defaults."""
+    code = "from core import auth, tokens; print(auth._hasher.hash('x')); print(tokens._hasher.hash('x'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    default = PasswordHasher()
+    expected = f"$argon2id$v=19$m={default.memory_cost},t={default.time_cost},p={default.parallelism}$"
+    lines = done.stdout.split()
+    assert len(lines) == 2 and all(line.startswith(expected) for line in lines), done.stdout
+    assert (default.memory_cost, default.time_cost) >= (65536, 3)
 
 
 def test_create_user_keeps_a_given_password(catalog: Catalog) -> None:

@@ -312,7 +312,10 @@ def token_create(
 @token_app.command("list")
 def token_list(as_user: Annotated[str | None, typer.Option("--as", help="Only this user's tokens.")] = None) -> None:
     """List API tokens (never their secrets)."""
-    found = tokens.list_tokens(_catalog(), username=as_user)
+    catalog = _catalog()
+    if as_user is not None:
+        auth.get_user(catalog, as_user)  # an unknown username is an error, not an empty list
+    found = tokens.list_tokens(catalog, username=as_user)
     lines = [
         f"{t.id}  {t.username:<16} {t.project_id or '*':<16} {t.role or '-':<9} {t.state:<8} "
         + (f"expires {t.expires_at:%Y-%m-%d %H:%M}" if t.expires_at else "no expiry")
@@ -763,8 +766,11 @@ def cr_list(
     if (project_id is None) != (dataset_id is None):
         raise typer.BadParameter("give both PROJECT_ID and DATASET_ID, or neither", param_hint="arguments")
     catalog = _catalog()
+    actor = _actor(catalog, as_user)
+    if project_id is not None and dataset_id is not None:
+        datasets.get_dataset(catalog, project_id, dataset_id, actor=actor)  # names an unknown or unseen dataset
     found = change_requests.list_change_requests(
-        catalog, actor=_actor(catalog, as_user), project_id=project_id, dataset_id=dataset_id, state=state_filter
+        catalog, actor=actor, project_id=project_id, dataset_id=dataset_id, state=state_filter
     )
     lines = [
         f"{c.id}  {c.state.value:<9} {c.project_id}/{c.dataset_id}  {c.author:<12} {c.cells:>6} cell(s)  {c.title}"

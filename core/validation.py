@@ -149,6 +149,7 @@ def parse_suite(document: Any) -> dict[str, Any]:
                 field="suite",
             )
         _check_regexes(i, item)
+        _check_bounds(i, item)
     from great_expectations.core import ExpectationSuite
 
     try:
@@ -183,6 +184,18 @@ def _check_regexes(index: int, item: dict[str, Any]) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise InvalidInput(f"{where}: the regex {pattern!r} is invalid ({exc})", field="suite") from exc
+
+
+def _check_bounds(index: int, item: dict[str, Any]) -> None:
+    """Refuse numeric bounds whose minimum is above the maximum: GX accepts them, then fails every value."""
+    kwargs = item.get("kwargs")
+    if not isinstance(kwargs, dict):
+        return
+    low, high = kwargs.get("min_value"), kwargs.get("max_value")
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high))
+    if numbers and low > high:  # type: ignore[operator]
+        where = f"expectation #{index + 1} ({item['type']}) on column {kwargs.get('column')!r}"
+        raise InvalidInput(f"{where}: the minimum {low} is above the maximum {high}", field="suite")
 
 
 def save_suite(layout: DatasetLayout, document: Any) -> dict[str, Any]:

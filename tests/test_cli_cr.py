@@ -117,6 +117,9 @@ def test_reject_and_withdraw(capsys, catalog: Catalog) -> None:  # type: ignore[
         (["cr", "approve", "cr_nope", "--as", "al"], "unknown change request"),
         (["cr", "submit", "demo", "people", "--as", "nobody"], "nobody"),
         (["rules", "show", "demo", "nope"], "nope"),
+        (["cr", "list", "nosuch", "people"], "nosuch"),
+        (["cr", "list", "demo", "nope"], "nope"),
+        (["cr", "list", "demo", "people", "--as", "nobody"], "nobody"),
     ],
 )
 def test_refusals(capsys, catalog: Catalog, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]

@@ -118,6 +118,10 @@ def test_cli_prints_the_token_once_as_one_json_document(
     listed = capsys.readouterr().out
     assert created["id"] in listed and created["token"] not in listed
     cli.state.json = False
+    assert cli.main(["--json", "token", "list", "--as", "nobody"]) != 0  # not an empty list
+    refused = capsys.readouterr()
+    assert "nobody" in refused.err and refused.out == ""
+    cli.state.json = False
     assert cli.main(["token", "revoke", created["id"]]) == 0
     assert "revoked" in capsys.readouterr().out
     with pytest.raises(AuthenticationFailed):

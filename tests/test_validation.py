@@ -155,6 +155,22 @@ def test_a_change_is_judged_only_by_the_expectations_about_its_columns(layout) -
         ({"column": "code", "regex": 7}, r"column 'code': the regex 7 is not text"),
     ],
 )
+@pytest.mark.parametrize(
+    ("kind", "kwargs"),
+    [
+        ("expect_column_values_to_be_between", {"column": "age", "min_value": 10, "max_value": 1}),
+        ("expect_column_value_lengths_to_be_between", {"column": "name", "min_value": 5, "max_value": 2.5}),
+    ],
+)
+def test_a_rule_whose_minimum_is_above_its_maximum_is_refused(kind: str, kwargs: dict) -> None:  # type: ignore[type-arg]
+    document = {"name": "s", "expectations": [{"type": kind, "kwargs": kwargs}]}
+
+    with pytest.raises(InvalidInput, match=rf"^expectation #1 \({kind}\) on column '{kwargs['column']}': the minimum"):
+        validation.parse_suite(document)
+    equal = {**kwargs, "max_value": kwargs["min_value"]}  # a single allowed value is a rule, not a mistake
+    assert validation.parse_suite({"name": "s", "expectations": [{"type": kind, "kwargs": equal}]})["expectations"]
+
+
 def test_a_rule_with_a_regex_that_does_not_compile_is_refused(kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
     kind = "expect_column_values_to_match_regex" + ("_list" if "regex_list" in kwargs else "")
     document = {"name": "s", "expectations": [{"type": kind, "kwargs": kwargs}]}

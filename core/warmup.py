@@ -40,7 +40,7 @@ LEFTOVER_AGE_S = 3600.0
 WARM_UP_ACTOR = "oreo-warm-up"
 
 
-# Tables whose Delta snapshot the server loads after the warm-up: those with requests in review, newest first.
+# At most this many tables get their Delta snapshot loaded after the warm-up (warm_tables).
 WARM_TABLES = 8
 
 

@@ -39,9 +39,11 @@ $(VENV)/.test: $(VENV)/.runtime requirements-test.txt
 	touch $@
 
 ## jars: resolve the Delta jars once and copy them into .venv/oreo-jars, so Spark starts offline
-## (Ivy, falling back to mvn; a file lock lets two setups run at once; a no-op once the folder is complete)
+## (Ivy, falling back to mvn; a file lock lets two setups run at once; a no-op once the folder is complete),
+## then dump the classes a Spark start loads into .venv/oreo-spark.jsa, which every later start maps
 jars: setup
 	$(BIN)/python scripts/fetch_jars.py
+	$(BIN)/python scripts/jvm_archive.py
 
 ## jars-s3a: Hadoop's s3a jars (hadoop-aws 3.4.2 and the ~640 MB AWS SDK bundle) into .venv/oreo-s3a-jars,
 ## for DELTA_DATA_ROOT=s3://... (tests/test_storage_s3.py starts Spark on a moto bucket with them)

@@ -656,3 +656,12 @@ def test_interpolation_takes_defaults_and_refuses_bare_variables() -> None:
     assert interpolate('"$$HOME"') == '"$HOME"'
     with pytest.raises(AssertionError):
         interpolate("${PW}")
+
+
+def test_the_app_image_dumps_the_jvm_class_archive_after_resolving_the_jars() -> None:
+    """Containers start Spark with the class archive too (core.engine.driver_java_options finds it by the jars)."""
+    runs = [v for k, v in dockerfile_instructions(_text(REPO / "Dockerfile")) if k == "RUN"]
+    jars = next(i for i, v in enumerate(runs) if "scripts/fetch_jars.py" in v)
+    step = runs[jars]
+    assert "scripts/jvm_archive.py" in step and step.index("fetch_jars.py") < step.index("jvm_archive.py")
+    assert any("pip install --no-deps -e ." in v for v in runs[:jars]), "the archive is made from the installed app"

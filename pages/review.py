@@ -153,7 +153,8 @@ def recent_outcomes(projects: set[str]) -> None:
         if job.project_id not in projects:
             continue
         with st.container(key=f"review_outcome_{job.cr_id}"):
-            text, close = st.columns([8, 1], vertical_alignment="top")
+            # 1/6 of the row: "Dismiss" keeps its whole label at 1024 px (at 1/9 it was cut to "D…").
+            text, close = st.columns([5, 1], vertical_alignment="top")
             with text:
                 approval_outcome(job)
             if close.button("Dismiss", key=f"review_dismiss_{job.cr_id}", icon=":material/close:", type="tertiary"):

@@ -1,8 +1,15 @@
-"""The loopback cluster of ``scripts/cluster.sh`` as a module-scoped pytest fixture.
+"""The loopback cluster of ``scripts/cluster.sh`` as pytest fixtures, started once per session.
 
-A test module takes it with ``cluster = cluster_support.cluster`` (an import of the name
-would trip ruff's F811 at every test that asks for it) and asks for ``cluster``: the
-cluster starts for that module, and stops after it.
+A test module takes one with ``cluster = cluster_support.cluster`` (an import of the name
+would trip ruff's F811 at every test that asks for it) and asks for ``cluster`` (or
+``cluster_s3``). The first module to ask starts it; later modules reuse it; it stops when a
+module asks for the other kind (one cluster at a time: each is a master, two workers, a
+Connect server and PostgreSQL) or when the session ends. ``tests/conftest.py`` runs the
+``cluster`` tier last, the S3 modules at the very end, so each kind starts once.
+
+Modules share the cluster's Spark, not its catalog: ``own_database`` gives a module a new
+PostgreSQL database on the cluster's server, so one module's projects and users are not
+another's.
 """
 
 from __future__ import annotations
@@ -12,9 +19,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from tests.jvm_options import long_lived
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "scripts" / "cluster.sh"
@@ -33,10 +46,12 @@ def _exports(text: str) -> dict[str, str]:
 S3_EXPORTS = {"DELTA_DATA_ROOT", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"}
 
 
+@contextmanager
 def _cluster(state: Path, *, s3: bool) -> Iterator[dict[str, str]]:
     """``scripts/cluster.sh up [--s3]`` with ``state``, ``down`` after; nothing may be left running."""
     # The cluster runs with the tests' interpreter unless told otherwise (a worktree has no .venv).
-    env = {"OREO_PYTHON": sys.executable, **os.environ, "OREO_CLUSTER_DIR": str(state)}
+    # The Connect server lives for the session: both compilers (tests/jvm_options.py).
+    env = long_lived({"OREO_PYTHON": sys.executable, **os.environ, "OREO_CLUSTER_DIR": str(state)})
     started = time.monotonic()
     command = [str(CLUSTER), "up", *(["--s3"] if s3 else [])]
     up = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
@@ -57,16 +72,51 @@ def _cluster(state: Path, *, s3: bool) -> Iterator[dict[str, str]]:
         assert status.returncode == 1 and "no cluster" in status.stdout
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """``scripts/cluster.sh up`` for this module, ``down`` right after it; nothing may be left running."""
-    yield from _cluster(tmp_path_factory.mktemp("cluster"), s3=False)
+class Clusters:
+    """At most one loopback cluster at a time, up from the first module that asks until another kind is asked for."""
+
+    def __init__(self) -> None:
+        self._running: tuple[bool, dict[str, str], ExitStack] | None = None
+
+    def get(self, factory: pytest.TempPathFactory, *, s3: bool) -> dict[str, str]:
+        if self._running is not None and self._running[0] == s3:
+            return self._running[1]
+        self.stop()
+        stack = ExitStack()
+        exports = stack.enter_context(_cluster(factory.mktemp("cluster-s3" if s3 else "cluster"), s3=s3))
+        self._running = (s3, exports, stack)
+        return exports
+
+    def stop(self) -> None:
+        """``down`` the running cluster, checking that nothing it started still runs."""
+        running, self._running = self._running, None
+        if running is not None:
+            running[2].close()
+
+
+# The session's clusters; tests/conftest.py's session fixture ``clusters`` stops the last one.
+CLUSTERS = Clusters()
 
 
 @pytest.fixture(scope="module")
-def cluster_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """``scripts/cluster.sh up --s3`` for this module (the store and bucket too), ``down`` after it."""
-    yield from _cluster(tmp_path_factory.mktemp("cluster-s3"), s3=True)
+def cluster(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """``scripts/cluster.sh up``, or the one an earlier module started; ``down`` at the session's end."""
+    return clusters.get(tmp_path_factory, s3=False)
+
+
+@pytest.fixture(scope="module")
+def cluster_s3(clusters: Clusters, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """``scripts/cluster.sh up --s3`` (the store and bucket too); a running cluster without S3 is stopped first."""
+    return clusters.get(tmp_path_factory, s3=True)
+
+
+def own_database(url: str, name: str) -> str:
+    """A new, empty database ``name`` on the PostgreSQL server of ``url`` (a SQLAlchemy URL); its URL."""
+    base = make_url(url)
+    with psycopg.connect(base.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True) as c:
+        c.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return base.set(database=name).render_as_string(hide_password=False)
 
 
 def _proc_state(pid: int) -> str:

@@ -14,18 +14,16 @@ from argon2 import PasswordHasher
 from core import auth, engine, tokens
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
+from tests import cluster_support, jvm_options
 
 E2E = Path(__file__).parent / "e2e"
 
-# Every JVM the suite starts (this process's Spark, the CLI's, each server's, the loopback
-# cluster's master, workers and Connect server) inherits these and runs with the client
-# compiler only. Most of those JVMs live for seconds, and C2's compilations cost more CPU than
-# they save: a 2-row `oreo dataset create` took 25 CPU-s with both compilers and 15 with C1
-# alone (with the class archive, interleaved runs), while tests/test_api.py, one long-lived
-# JVM, took the same time either way (141 s and 138 s). The product keeps the JVM's default.
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JIT)  # spark-submit: drivers, the Connect server
-os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", QUICK_JIT)  # the standalone master and workers
+# Every short-lived JVM the suite starts runs with the client compiler only (tests/jvm_options.py);
+# this process's own JVM and the servers' keep both (see _both_compilers_here and long_lived).
+os.environ.setdefault(jvm_options.SUBMIT_OPTS, jvm_options.QUICK_JIT)  # spark-submit: the CLI's drivers
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options.QUICK_JIT)  # the standalone master and workers
+# This process's Spark, whichever test starts it (a browser test's set-up runs the CLI here).
+os.environ.setdefault("OREO_SPARK_SHUFFLE_PARTITIONS", "2")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -51,6 +49,24 @@ def _catalog_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Catalog, "upgrade", upgrade)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _both_compilers_here() -> Iterator[None]:
+    """This process's JVM lives for the whole run, so it starts without the children's C1-only option."""
+    build = engine._build_session
+
+    def build_session():  # type: ignore[no-untyped-def]
+        saved = os.environ.pop(jvm_options.SUBMIT_OPTS, None)
+        try:
+            return build()
+        finally:
+            if saved is not None:
+                os.environ[jvm_options.SUBMIT_OPTS] = saved
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "_build_session", build_session)
         yield
 
 
@@ -112,13 +128,33 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def clusters() -> Iterator[cluster_support.Clusters]:
+    """The loopback clusters of the session (``cluster_support``): the one still up is stopped at its end."""
+    yield cluster_support.CLUSTERS
+    cluster_support.CLUSTERS.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers that are true: a test under tests/e2e carries ``e2e``; one that uses the ``spark`` fixture, ``spark``."""
+    """Markers that are true, and the ``cluster`` tier last.
+
+    A test under tests/e2e carries ``e2e``; one that uses the ``spark`` fixture, ``spark``.
+    The tests that use the loopback cluster run after everything else, those on S3 at the
+    very end, so the session starts each kind of cluster once (``cluster_support``).
+    """
     for item in items:
         if Path(str(item.path)).is_relative_to(E2E):
             item.add_marker(pytest.mark.e2e)
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+    items.sort(key=_tier_order)  # stable: the order within each group is pytest's
+
+
+def _tier_order(item: pytest.Item) -> int:
+    fixtures = getattr(item, "fixturenames", ())
+    if "cluster_s3" in fixtures:
+        return 2
+    return 1 if "cluster" in fixtures else 0
 
 
 @pytest.fixture(autouse=True)

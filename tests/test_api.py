@@ -31,6 +31,7 @@ from core import audit, auth, datasets, projects, rules, tokens
 from core.catalog import ApiTokenRow, Catalog, reset_catalogs, utcnow
 from core.config import get_settings
 from core.layout import dataset_layout
+from tests.jvm_options import long_lived
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 30
@@ -72,15 +73,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     base = tmp_path_factory.mktemp("api")
     data_root = base / "delta"
     url = f"sqlite:///{base / 'catalog.db'}"
-    env = {
-        **os.environ,
-        "DELTA_DATA_ROOT": str(data_root),
-        "OREO_DATABASE_URL": url,
-        "OREO_SPARK_SHUFFLE_PARTITIONS": "2",
-        "OREO_MAX_UPLOAD_MB": "500",
-        "OREO_IMPORT_FOLDERS": str(base / "server-files"),
-        "PYTHONPATH": str(ROOT),
-    }
+    env = long_lived(  # the API server stays up for the module: both compilers (tests/jvm_options.py)
+        {
+            **os.environ,
+            "DELTA_DATA_ROOT": str(data_root),
+            "OREO_DATABASE_URL": url,
+            "OREO_SPARK_SHUFFLE_PARTITIONS": "2",
+            "OREO_MAX_UPLOAD_MB": "500",
+            "OREO_IMPORT_FOLDERS": str(base / "server-files"),
+            "PYTHONPATH": str(ROOT),
+        }
+    )
     (base / "server-files").mkdir()
     env.pop("SPARK_REMOTE", None)
     catalog = Catalog(url)
@@ -896,9 +899,7 @@ def test_decisions_name_the_revision_reviewed_and_a_stale_one_is_409(server: Ser
         wrong = c.post(f"/api/v1/change-requests/{cr_id}/approve", json={"revision": 2, "digest": first["digest"]})
         assert wrong.status_code == 409 and "staged again" in wrong.json()["error"]["message"], wrong.text
         assert _merge_commits(server, people, cr_id) == 0
-        approved = c.post(
-            f"/api/v1/change-requests/{cr_id}/approve", json={"revision": 2, "digest": second["digest"]}
-        )
+        approved = c.post(f"/api/v1/change-requests/{cr_id}/approve", json={"revision": 2, "digest": second["digest"]})
     assert approved.status_code == 200, approved.text
     assert (approved.json()["state"], approved.json()["revision"]) == ("merged", 2)
     assert _merge_commits(server, people, cr_id) == 1
@@ -986,9 +987,7 @@ def test_a_refused_diff_names_the_api_parameters(server: Server, people: str) ->
 def test_a_csv_export_neutralises_formula_text_unless_raw(server: Server) -> None:
     """Text a spreadsheet would run (=, +, -, @ first) gets a leading '; numbers stay numbers; raw=true opts out."""
     names = ["=1+1", "+SUM(A1)", "-x", "@cmd", "plain", "a=b", "-5"]  # "-5" is a plain number, no formula
-    table = pa.table(
-        {"id": pa.array(range(1, 8), pa.int64()), "name": pa.array(names), "score": pa.array([-1.5] * 7)}
-    )
+    table = pa.table({"id": pa.array(range(1, 8), pa.int64()), "name": pa.array(names), "score": pa.array([-1.5] * 7)})
     sink = io.BytesIO()
     pacsv.write_csv(table, sink)
     assert _create(server, "formulas", sink.getvalue()).status_code == 201

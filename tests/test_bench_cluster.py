@@ -21,7 +21,7 @@ from bench._harness import BenchConfig, Timing, WorkloadResult, write_json
 from tests import cluster_support
 
 REPO = Path(__file__).resolve().parent.parent
-cluster = cluster_support.cluster  # the module-scoped fixture: up before the cluster test, down after it
+cluster = cluster_support.cluster  # the session's loopback cluster (up when first asked for)
 
 
 def _result(name: str, core_ms: float, steps: dict[str, float] | None = None) -> dict[str, Any]:

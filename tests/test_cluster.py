@@ -27,7 +27,7 @@ from tests import cluster_support
 from tests import merge_support as ms
 from tests.cluster_support import _exports
 
-cluster = cluster_support.cluster  # the module-scoped fixture: up before this module, down after it
+cluster = cluster_support.cluster  # the session's loopback cluster (up when first asked for)
 
 pytestmark = pytest.mark.cluster
 
@@ -43,12 +43,12 @@ PEOPLE = "id,name,age\n" + "".join(f"{i},name {i},{20 + i}\n" for i in range(1, 
 
 @pytest.fixture(scope="module")
 def env(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The client environment: the cluster's variables and a data root of this module."""
+    """The client environment: the cluster's Spark, a catalog database and a data root of this module."""
     root = tmp_path_factory.mktemp("cluster-data")
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "OREO_DATABASE_URL")}
     env.update(
         SPARK_REMOTE=cluster["SPARK_REMOTE"],
-        OREO_DATABASE_URL=cluster["OREO_DATABASE_URL"],
+        OREO_DATABASE_URL=cluster_support.own_database(cluster["OREO_DATABASE_URL"], "test_cluster"),
         DELTA_DATA_ROOT=str(root / "delta"),
     )
     people = root / "people.csv"

@@ -1,6 +1,6 @@
 """The ``cluster`` tier on object storage: the core loop through Spark Connect with the data on S3.
 
-``scripts/cluster.sh up --s3`` starts, once for this module, the loopback cluster of
+``scripts/cluster.sh up --s3`` starts, once per session (its modules run last), the loopback cluster of
 tests/test_cluster.py plus an S3-compatible server (``moto_server`` over HTTP on loopback)
 with a bucket, and gives the Connect server Hadoop's s3a jars and confs. The client gets
 only the exported variables: ``SPARK_REMOTE``, ``OREO_DATABASE_URL`` (PostgreSQL),
@@ -28,7 +28,7 @@ from core.config import get_settings
 from core.storage import ObjectPath
 from tests import cluster_support, s3_loop
 
-cluster_s3 = cluster_support.cluster_s3  # the module-scoped fixture: up --s3 before this module, down after it
+cluster_s3 = cluster_support.cluster_s3  # up --s3 when first asked for (the plain cluster stopped first)
 
 pytestmark = pytest.mark.cluster
 

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from core import engine, reads
+from tests import cluster_support
 
 pytestmark = pytest.mark.spark
 
-PYSPARK_HOME = Path(__import__("pyspark").__file__).parent
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -98,58 +96,17 @@ def test_delta_ref_escapes_backticks() -> None:
     assert engine.delta_ref("/a/b`c") == "delta.`/a/b``c`"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+cluster = cluster_support.cluster  # the session's loopback cluster (a master, 2 workers, Spark Connect)
 
 
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    """A real Spark Connect server with the Delta extension, on a free local port."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    jars = engine.offline_jars()
-    delta = ["--jars", ",".join(map(str, jars))] if jars is not None else ["--packages", engine.delta_packages()]
-    cmd = [
-        str(PYSPARK_HOME / "bin" / "spark-submit"),
-        "--class",
-        "org.apache.spark.sql.connect.service.SparkConnectServer",
-        *delta,
-        "--conf",
-        f"spark.sql.extensions={engine.DELTA_EXTENSION}",
-        "--conf",
-        f"spark.sql.catalog.spark_catalog={engine.DELTA_CATALOG}",
-        "--conf",
-        f"spark.connect.grpc.binding.port={port}",
-        "--conf",
-        "spark.ui.enabled=false",
-        "--conf",
-        "spark.sql.shuffle.partitions=2",
-        "spark-internal",
-    ]
-    env = {**os.environ, "SPARK_HOME": str(PYSPARK_HOME)}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 180
-    try:
-        while "Spark Connect server started" not in log.read_text():
-            assert proc.poll() is None, f"Spark Connect server exited:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, "Spark Connect server did not start in 180 s"
-            time.sleep(0.5)
-        yield f"sc://localhost:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-
-
-def test_spark_remote_uses_spark_connect_with_the_same_code(connect_server: str, tmp_path: Path) -> None:
-    """With SPARK_REMOTE set, the unchanged CLI creates a dataset through Spark Connect."""
+@pytest.mark.cluster
+def test_spark_remote_uses_spark_connect_with_the_same_code(cluster: dict[str, str], tmp_path: Path) -> None:
+    """With SPARK_REMOTE set, the unchanged CLI creates a dataset through Spark Connect (with a SQLite catalog)."""
     csv = tmp_path / "people.csv"
     csv.write_text("id,name\n1,ada\n2,grace\n3,linus\n")
     env = {
         **os.environ,
-        "SPARK_REMOTE": connect_server,
+        "SPARK_REMOTE": cluster["SPARK_REMOTE"],
         "DELTA_DATA_ROOT": str(tmp_path / "delta"),
         "OREO_DATABASE_URL": f"sqlite:///{tmp_path / 'cat.db'}",
     }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -18,6 +17,9 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
+
+from tests.in_process import oreo_json
+from tests.jvm_options import long_lived
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -78,7 +80,7 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
+    env = long_lived({k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))})
     env.pop("SPARK_REMOTE", None)
     env.update(
         DELTA_DATA_ROOT=str(data_root),
@@ -91,14 +93,9 @@ def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def demo_workspace(tmp_path_factory: pytest.TempPathFactory) -> DemoWorkspace:
-    """Seed the demo once through the real CLI; each server gets a copy of the result."""
+    """Seed the demo once through the real CLI (in this process); each server gets a copy of the result."""
     root = tmp_path_factory.mktemp("e2e-demo")
-    env = _base_env(root / "delta", f"sqlite:///{root / 'catalog.db'}")
-    done = subprocess.run(
-        [str(BIN / "oreo"), "--json", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, f"oreo demo failed ({done.returncode}):\n{done.stderr[-3000:]}"
-    doc = json.loads(done.stdout)
+    doc = oreo_json(root / "delta", "demo", env={"OREO_DEMO_ROWS": str(DEMO_ROWS)})
     assert doc["created"] is True and doc["rows"] == DEMO_ROWS, doc
     passwords = {a["username"]: a["password"] for a in doc["accounts"]}
     assert set(passwords) == {"editor", "approver", "admin"} and all(passwords.values()), doc

@@ -10,14 +10,14 @@ import itertools
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+
+from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -36,23 +36,8 @@ NEW_NAME = "Restorina"
 
 
 def _cli(server: OreoServer, *args: str) -> dict[str, object]:
-    """Run ``oreo --json ARGS`` on this server's copy of the workspace."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
-    env.pop("SPARK_REMOTE", None)
-    env.update(
-        DELTA_DATA_ROOT=str(server.data_root),
-        OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
-    )
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "oreo"), "--json", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"oreo {' '.join(args)} failed:\n{done.stderr[-2000:]}"
-    doc: dict[str, object] = json.loads(done.stdout)
+    """Run ``oreo --json ARGS`` on this server's copy of the workspace (in this process)."""
+    doc: dict[str, object] = oreo_json(server.data_root, *args)
     return doc
 
 

@@ -11,16 +11,17 @@ and requests, which other tests on the shared server use, are untouched.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
+
+from core import auth, change_requests, sessions
+from core.catalog import open_catalog
+from tests.in_process import on_workspace
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -35,38 +36,29 @@ SLOW_MS = 600_000
 WRITER = ("writer", "writer-password-1")
 NARROW = {"width": 1024, "height": 768}
 WIDE = {"width": 1400, "height": 1000}
-# Two requests by writer: "Asked to change" sent back by the approver, "Still open" waiting for review.
-SEED = """
-from core import auth, change_requests, sessions
-from core.catalog import open_catalog
 
-catalog = open_catalog()
-auth.create_user(catalog, "writer", password="writer-password-1", display_name="Wren Writer")
-auth.add_member(catalog, "demo", "writer", "editor")
-writer, approver = auth.get_user(catalog, "writer"), auth.get_user(catalog, "approver")
-submitted = []
-for title, row_id in (("Asked to change", "100002"), ("Still open", "100003")):
-    session = sessions.open_session(catalog, "demo", "customers", actor=writer)
-    sessions.apply_edits(catalog, session.session_id, [sessions.SetCell(row_id, "city", "Lyon")], actor=writer)
-    submitted.append(change_requests.submit_change_request(catalog, session.session_id, actor=writer, title=title))
-# Sent back once both are submitted: its session is then writer's open one (a revision's).
-change_requests.request_changes(catalog, submitted[0].id, "Use the customer's new city, please.", actor=approver)
-"""
+
+# Two requests by writer: "Asked to change" sent back by the approver, "Still open" waiting for review.
+def seed_writer_requests() -> None:
+    """Writer's two requests on the current workspace: one sent back for changes, one open."""
+    catalog = open_catalog()
+    auth.create_user(catalog, "writer", password="writer-password-1", display_name="Wren Writer")
+    auth.add_member(catalog, "demo", "writer", "editor")
+    writer, approver = auth.get_user(catalog, "writer"), auth.get_user(catalog, "approver")
+    submitted = []
+    for title, row_id in (("Asked to change", "100002"), ("Still open", "100003")):
+        session = sessions.open_session(catalog, "demo", "customers", actor=writer)
+        sessions.apply_edits(catalog, session.session_id, [sessions.SetCell(row_id, "city", "Lyon")], actor=writer)
+        submitted.append(change_requests.submit_change_request(catalog, session.session_id, actor=writer, title=title))
+    # Sent back once both are submitted: its session is then writer's open one (a revision's).
+    change_requests.request_changes(catalog, submitted[0].id, "Use the customer's new city, please.", actor=approver)
 
 
 @pytest.fixture(scope="module")
 def writer_requests(oreo_server: OreoServer) -> OreoServer:
-    """The shared server with writer's two requests (one sent back for changes, one open)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
-    env.pop("SPARK_REMOTE", None)
-    env.update(
-        DELTA_DATA_ROOT=str(oreo_server.data_root),
-        OREO_DATABASE_URL=f"sqlite:///{oreo_server.data_root.parent / 'catalog.db'}",
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", SEED], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, f"seeding writer's requests failed:\n{done.stderr[-3000:]}"
+    """The shared server with writer's two requests (seeded through core, in this process)."""
+    with on_workspace(oreo_server.data_root):
+        seed_writer_requests()
     return oreo_server
 
 

@@ -37,7 +37,8 @@ from test_edit_review import (
 )
 from test_history_admin import choose_version, open_history, show
 
-from tests.test_cluster import cluster  # noqa: F401  # the module's own loopback cluster (a fixture)
+from tests import cluster_support
+from tests.test_cluster import cluster  # noqa: F401  # the session's loopback cluster (a fixture)
 
 if TYPE_CHECKING:
     from conftest import OreoServer
@@ -81,7 +82,7 @@ def replicas(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.update(
         SPARK_REMOTE=cluster["SPARK_REMOTE"],
-        OREO_DATABASE_URL=cluster["OREO_DATABASE_URL"],
+        OREO_DATABASE_URL=cluster_support.own_database(cluster["OREO_DATABASE_URL"], "test_replicas"),
         DELTA_DATA_ROOT=str(root / "delta"),
         OREO_DEMO_ROWS=str(ROWS),
     )

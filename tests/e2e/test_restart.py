@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.in_process import oreo_json
+from tests.jvm_options import long_lived
+
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace
 
@@ -50,7 +53,7 @@ class Workspace:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
+        env = long_lived({k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))})
         env.pop("SPARK_REMOTE", None)
         env.update(
             DELTA_DATA_ROOT=str(self.data_root),
@@ -64,11 +67,8 @@ class Workspace:
         return self.data_root / "projects" / "demo" / "datasets" / "customers" / "main"
 
     def oreo(self, *args: str) -> Any:
-        done = subprocess.run(
-            [str(BIN / "oreo"), "--json", *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=600
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout)
+        """The real CLI on this workspace, in this process (its warm Spark)."""
+        return oreo_json(self.data_root, *args, database_url=f"sqlite:///{self.database}")
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.database) as db:

@@ -10,17 +10,15 @@ A link to a request that is no longer open says so and offers no decision. Scree
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+
+from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -38,23 +36,8 @@ RENAMED = {"older": ("100201", "Linkolder"), "linked": ("100202", "Linkfollowed"
 
 
 def oreo(server: OreoServer, *args: str) -> Any:
-    """Run the real CLI on the server's workspace, as an operator (or a second person) would."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
-    env.pop("SPARK_REMOTE", None)
-    env.update(
-        DELTA_DATA_ROOT=str(server.data_root),
-        OREO_DATABASE_URL=f"sqlite:///{server.data_root.parent / 'catalog.db'}",
-    )
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "oreo"), "--json", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"oreo {' '.join(args)} failed:\n{done.stderr[-2000:]}"
-    return json.loads(done.stdout)
+    """The real CLI on the server's workspace, as an operator (or a second person) would run it (in this process)."""
+    return oreo_json(server.data_root, *args)
 
 
 @pytest.fixture(scope="module")

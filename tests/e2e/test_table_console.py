@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +21,7 @@ from test_edit_review import select_cell, wait_quiet  # the grid's selection, th
 
 from core.layout import dataset_layout
 from core.sessions import EDITABLE
+from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from conftest import DemoWorkspace, OreoServer
@@ -66,17 +65,8 @@ def _cli_env(server: OreoServer) -> dict[str, str]:
 
 
 def oreo(server: OreoServer, *args: str) -> Any:
-    """Run the real CLI against the server's workspace; returns its JSON document."""
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "oreo"), "--json", *args],
-        cwd=REPO,
-        env=_cli_env(server),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+    """Run the real CLI against the server's workspace (in this process); returns its JSON document."""
+    return oreo_json(server.data_root, *args)
 
 
 @pytest.fixture(scope="module")

@@ -49,15 +49,22 @@ def on_workspace(data_root: Path, database_url: str | None = None, env: dict[str
         get_settings.cache_clear()
 
 
+def run_cli(*args: str) -> tuple[int, Any, str]:
+    """``oreo --json ARGS`` in this process, as the console script runs it: exit code, JSON (or None), stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    cli.state.json = False  # module state of the CLI; each invocation starts clean
+    with redirect_stdout(out), redirect_stderr(err):
+        code = cli.main(["--json", *args])
+    return code, json.loads(out.getvalue()) if out.getvalue().strip() else None, err.getvalue()
+
+
 def oreo_json(data_root: Path, *args: str, database_url: str | None = None, env: dict[str, str] | None = None) -> Any:
     """``oreo --json ARGS`` on the workspace of ``data_root``, in this process; its JSON document.
 
     The catalog is ``database_url``, else the one beside the data root; ``env`` adds settings.
     Fails the test, with the command's stderr, unless it exits 0.
     """
-    out, err = io.StringIO(), io.StringIO()
-    with on_workspace(data_root, database_url, env), redirect_stdout(out), redirect_stderr(err):
-        cli.state.json = False  # module state of the CLI; each invocation starts clean
-        code = cli.main(["--json", *args])
-    assert code == 0, f"oreo {' '.join(args)} exited {code}:\n{err.getvalue()[-2000:]}"
-    return json.loads(out.getvalue())
+    with on_workspace(data_root, database_url, env):
+        code, doc, err = run_cli(*args)
+    assert code == 0, f"oreo {' '.join(args)} exited {code}:\n{err[-2000:]}"
+    return doc

@@ -14,8 +14,6 @@ leave nothing there.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -28,11 +26,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cli import main as cli
 from core import auth, engine, history, maintenance, merge, projects, reads, sessions, storage
 from core.catalog import open_catalog
 from core.change_requests import submit_change_request
 from core.datasets import create_dataset, dataset_columns, get_dataset, layout_for
+from tests.in_process import run_cli
 
 
 def main(work: Path) -> None:
@@ -85,13 +83,7 @@ def main(work: Path) -> None:
 TIMING = "s3 loop: "  # run_loop passes the loop's lines starting so on to the test's stderr
 
 
-def _oreo(*args: str) -> tuple[int, Any, str]:
-    """``oreo --json ARGS`` in this process: exit code, the JSON document (or None) and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    cli.state.json = False
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["--json", *args])
-    return code, json.loads(out.getvalue()) if out.getvalue().strip() else None, err.getvalue()
+_oreo = run_cli  # ``oreo --json ARGS`` in this process: exit code, the JSON document (or None) and stderr
 
 
 _TOOK: list[str] = []  # "<command> <seconds>" of each ``_ok`` call, for the timing line

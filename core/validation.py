@@ -105,6 +105,26 @@ class ValidationRun:
         }
 
 
+_GX_IMPORT_LOCK = threading.Lock()
+
+
+def import_gx() -> None:
+    """Import Great Expectations, once per process and one thread at a time.
+
+    GX takes seconds to import, so it is imported on first use, and its package imports
+    itself in a circle: a thread that imports one of its modules while another thread is
+    still inside ``import great_expectations`` gets "cannot import name ... from partially
+    initialized module" (a server's warm-up and a first submit overlapped so). Every GX
+    import in Oreo comes after this call, which leaves the modules it uses complete.
+    """
+    with _GX_IMPORT_LOCK:
+        import great_expectations
+        import great_expectations.core.run_identifier
+        import great_expectations.data_context.types.base
+        import great_expectations.execution_engine
+        import great_expectations.validator.v1_validator  # noqa: F401
+
+
 def suite_path(layout: DatasetLayout) -> Location:
     return layout.audit / "expectations" / "suite.json"
 
@@ -150,6 +170,7 @@ def parse_suite(document: Any) -> dict[str, Any]:
             )
         _check_regexes(i, item)
         _check_bounds(i, item)
+    import_gx()
     from great_expectations.core import ExpectationSuite
 
     try:
@@ -455,6 +476,7 @@ def _judge_for(layout: DatasetLayout, suite: dict[str, Any], digest: str) -> _Ju
 
 
 def _build_judge(suite: dict[str, Any]) -> _Judge:
+    import_gx()
     import great_expectations as gx
     from great_expectations.core import ExpectationSuite
     from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -483,6 +505,7 @@ def _narrowed(judge: _Judge, suite: dict[str, Any], columns: set[str] | None) ->
     """
     import copy
 
+    import_gx()
     from great_expectations.core import ExpectationSuite
 
     items = suite.get("expectations", [])
@@ -510,6 +533,8 @@ def validate_frame(
     are left out (``judges_change``) and counted as ``skipped``. None: every expectation.
     """
     import pandas as pd
+
+    import_gx()
     from great_expectations.core.run_identifier import RunIdentifier
     from great_expectations.validator.v1_validator import Validator
 

@@ -21,7 +21,7 @@ import uuid
 
 from sqlalchemy import func, select
 
-from core import change_requests, engine, merge, reads
+from core import change_requests, engine, merge, reads, validation
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow, open_catalog
 from core.change_requests import CHANGED_COLUMN, IN_REVIEW, OP_COLUMN
 from core.config import get_settings
@@ -61,8 +61,8 @@ def warm_up() -> None:
         _approve_scratch(table / "main", table / "staging")
     finally:
         remove_tree(table)
-    # Deferred: GX takes seconds to import; a submit's validation would import it first.
-    import great_expectations  # noqa: F401
+    # GX takes seconds to import; a submit's validation would import it first.
+    validation.import_gx()
 
     logger.info("engine warm-up (a small MERGE on a scratch table) took %.1f s", time.monotonic() - started)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +13,8 @@ import pytest
 from core import validation
 from core.errors import InvalidInput
 from core.layout import dataset_layout
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -177,3 +181,47 @@ def test_a_rule_with_a_regex_that_does_not_compile_is_refused(kwargs: dict, mess
 
     with pytest.raises(InvalidInput, match=rf"^expectation #1 \({kind}\) on {message}"):
         validation.parse_suite(document)
+
+
+# Threads at once, in a process that has not imported GX yet: the warm-up's import and a
+# first submit's validation (a server's start and its first user) must each get whole modules.
+THREADS_AT_ONCE = """
+import sys, threading
+from pathlib import Path
+import pandas as pd
+from core import validation
+from core.layout import dataset_layout
+
+layout = dataset_layout(Path(sys.argv[1]), "demo", "people")
+layout.create()
+suite = validation.default_suite("people", [("id", "BIGINT"), ("name", "STRING")])
+frame = pd.DataFrame({"row_id": ["1", "2"], "id": [1, 2], "name": ["a", "b"]})
+works = [
+    validation.import_gx,
+    lambda: validation.validate_frame(frame, suite, layout),
+    lambda: validation.parse_suite(suite),
+]
+barrier = threading.Barrier(len(works))
+failures = []
+
+def run(work):
+    barrier.wait()
+    try:
+        work()
+    except Exception as exc:
+        failures.append(f"{type(exc).__name__}: {exc}")
+
+threads = [threading.Thread(target=run, args=(work,)) for work in works]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print("\\n".join(failures) or "ok")
+"""
+
+
+def test_gx_imported_by_threads_at_once_is_whole_in_each(tmp_path: Path) -> None:
+    command = [sys.executable, "-c", THREADS_AT_ONCE, str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "ok", done.stdout

@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export DELTA_DATA_ROOT ?= $(CURDIR)/data/delta
 export PYTHONDONTWRITEBYTECODE := 1
+# Two test processes, one per core (pytest-xdist): a worker takes a whole unit at a time (the
+# browser tier, the cluster tier, or one module; tests/conftest.py), in the suite's order.
+WORKERS := -n 2 --dist loadgroup --no-loadscope-reorder
 
 .PHONY: run test test-fast setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster clean
 
@@ -16,11 +19,11 @@ run: setup jars demo
 test: setup-test jars jars-s3a chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q --durations=25 $(WORKERS)
 
 ## test-fast: the inner loop: everything but the browser (e2e) and loopback-cluster tiers
 test-fast: setup-test jars postgres promtool
-	$(BIN)/pytest -q --durations=10 -m "not e2e and not cluster"
+	$(BIN)/pytest -q --durations=10 $(WORKERS) -m "not e2e and not cluster"
 
 setup: $(VENV)/.runtime
 

@@ -118,7 +118,9 @@ def _spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
-def _spark_env(local_dirs: Path) -> dict[str, str]:
+def spark_env(local_dirs: Path) -> dict[str, str]:
+    """The environment a Spark process of the cluster starts with: the pip package as
+    ``SPARK_HOME``, loopback, ``local_dirs`` for its scratch files and this interpreter for Python workers."""
     local_dirs.mkdir(parents=True, exist_ok=True)
     return {
         **os.environ,
@@ -454,7 +456,7 @@ def _start_all(root: Path, logs: Path, state: dict[str, Any], s3: bool) -> None:
     if s3:
         extra = _s3a_jars()
         _say(f"s3a jars: {len(extra)} files from {extra[0].parent}")
-    env = _spark_env(root / "local")
+    env = spark_env(root / "local")
     # The master's and workers' own heap; not the Connect server's (spark-submit reads this
     # variable for server classes and would then ignore --driver-memory).
     daemon_env = {**env, "SPARK_DAEMON_MEMORY": DAEMON_MEMORY}

@@ -5,7 +5,7 @@ would trip ruff's F811 at every test that asks for it) and asks for ``cluster`` 
 ``cluster_s3``). The first module to ask starts it; later modules reuse it; it stops when a
 module asks for the other kind (one cluster at a time: each is a master, two workers, a
 Connect server and PostgreSQL) or when the session ends. ``tests/conftest.py`` runs the
-``cluster`` tier last, the S3 modules at the very end, so each kind starts once.
+``cluster`` tier as one run (after the browser tier), the S3 modules last in it, so each kind starts once.
 
 Modules share the cluster's Spark, not its catalog: ``own_database`` gives a module a new
 PostgreSQL database on the cluster's server, so one module's projects and users are not
@@ -14,23 +14,41 @@ another's.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import psycopg
 import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from core.engine import driver_java_options
 from tests.jvm_options import long_lived
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "scripts" / "cluster.sh"
+LOCAL_CONNECT_START_S = 300.0
+
+
+def cluster_script() -> ModuleType:
+    """``scripts/cluster.py`` as a module (scripts/ is not a package), loaded once."""
+    name = "oreo_cluster_script"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / "cluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _exports(text: str) -> dict[str, str]:
@@ -124,3 +142,45 @@ def _proc_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return "Z"
+
+
+@contextmanager
+def local_connect(state: Path, port: int) -> Iterator[str]:
+    """A Spark Connect server running Spark in its own JVM (``local[2]``: no master, no workers).
+
+    The command and confs are the loopback cluster's (``scripts/cluster.py``'s
+    ``connect_command``), so its sessions run Oreo's statements as the embedded engine
+    does; its JVM maps the class-data archive as every embedded start does. Yields its
+    ``sc://`` address; stops it (and whatever it started) afterwards.
+    """
+    script = cluster_script()
+    command = script.connect_command("local[2]", port)
+    options = driver_java_options()
+    if options:
+        command[1:1] = ["--driver-java-options", options]
+    # It lives for the session: both compilers (tests/jvm_options.py).
+    env = long_lived(script.spark_env(state / "local"))
+    log = state / "connect.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + LOCAL_CONNECT_START_S
+        while "Spark Connect server started" not in log.read_text(errors="replace"):
+            assert process.poll() is None, f"the Connect server exited with {process.returncode}:\n{_tail(log)}"
+            assert time.monotonic() < deadline, f"no Connect server within {LOCAL_CONNECT_START_S:.0f} s:\n{_tail(log)}"
+            time.sleep(0.2)  # poll interval, not a wait for an outcome
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

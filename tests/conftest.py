@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import coerce_node_id
 from argon2 import PasswordHasher
 
 from core import auth, engine, tokens
@@ -135,26 +136,57 @@ def clusters() -> Iterator[cluster_support.Clusters]:
     cluster_support.CLUSTERS.stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Markers that are true, and the ``cluster`` tier last.
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers that are true, the long tiers first, and the units two workers share out.
 
     A test under tests/e2e carries ``e2e``; one that uses the ``spark`` fixture, ``spark``.
-    The tests that use the loopback cluster run after everything else, those on S3 at the
-    very end, so the session starts each kind of cluster once (``cluster_support``).
+    The browser tier runs first, then the tests that use the loopback cluster (those on S3
+    last among them, so the session starts each kind of cluster once: ``cluster_support``),
+    then everything else.
+
+    Under ``pytest -n 2 --dist loadgroup`` (``make test``) a worker takes one unit at a
+    time, in that order: the whole browser tier is one (one demo workspace, one shared
+    server and one Connect server for all of it), the whole cluster tier another (one
+    cluster at a time), and every other module is one of its own, so its module fixtures
+    are built once. The two long units go first, one to each worker, and the many short
+    ones fill in after them, so neither worker waits alone at the end.
     """
     for item in items:
         if Path(str(item.path)).is_relative_to(E2E):
             item.add_marker(pytest.mark.e2e)
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+        if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+            item._id = coerce_node_id(_grouped_id(item))
     items.sort(key=_tier_order)  # stable: the order within each group is pytest's
 
 
+def _grouped_id(item: pytest.Item) -> str:
+    """``item``'s node id with its unit after an ``@``, which is how xdist's loadgroup reads a group.
+
+    xdist 3.8 writes the ``xdist_group`` marker's suffix into ``Item._nodeid``, which pytest 9
+    no longer reads (its node id lives in ``_id``), so every test became a unit of its own;
+    the suffix is set here instead. Schemathesis gives each API operation's item
+    (``test_x[GET /path]``) the test function's node id; the id is made from the item's
+    name, or xdist, which keys work by node id, would run only one of them.
+    """
+    base = item.nodeid if item.nodeid.endswith(f"::{item.name}") else f"{item.nodeid.rsplit('::', 1)[0]}::{item.name}"
+    return f"{base}@{_work_unit(item)}"
+
+
+def _work_unit(item: pytest.Item) -> str:
+    return {0: "e2e", 1: "cluster", 2: "cluster"}.get(_tier_order(item), Path(str(item.path)).stem)
+
+
 def _tier_order(item: pytest.Item) -> int:
+    """0: the browser tier; 1: the loopback cluster; 2: the cluster on S3; 3: the rest."""
     fixtures = getattr(item, "fixturenames", ())
     if "cluster_s3" in fixtures:
         return 2
-    return 1 if "cluster" in fixtures else 0
+    if "cluster" in fixtures:
+        return 1
+    return 0 if item.get_closest_marker("e2e") is not None else 3
 
 
 @pytest.fixture(autouse=True)

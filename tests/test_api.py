@@ -35,7 +35,10 @@ from tests.jvm_options import long_lived
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = 30
-BIG_ROWS = 1_000_000
+# The export test's table: its CSV body (about 48 MiB) is more than ten times the growth the
+# test allows while it streams, which is the property; a million rows (120 MiB) proved the
+# same in 2.5 times the time.
+BIG_ROWS = 400_000
 
 
 @dataclass
@@ -710,10 +713,10 @@ def test_a_refused_first_edit_creates_no_session(server: Server, people: str) ->
     assert len(audit.list_events(server.catalog, name="session_started")) == started + 1
 
 
-# ---------------------------------------------------------------- the 1,000,000-row export
+# ---------------------------------------------------------------- the 400,000-row export
 
 
-def test_export_of_a_million_rows_streams_in_constant_memory(server: Server) -> None:
+def test_export_of_a_big_table_streams_in_constant_memory(server: Server) -> None:
     from core.demo import customers_table
 
     sink = io.BytesIO()
@@ -739,7 +742,7 @@ def test_export_of_a_million_rows_streams_in_constant_memory(server: Server) -> 
     )
     # The body is never held in memory: sending it does not grow the server. The whole export's growth is
     # DuckDB's COPY to a temporary file (its buffer pool: 14-184 MiB from run to run, under load too), printed.
-    assert body_mib > 50, body_mib
+    assert body_mib > 40, body_mib
     assert max(first.streaming_growth_mib, second.streaming_growth_mib) < body_mib / 10, (first, second, body_mib)
 
 

@@ -13,12 +13,9 @@ from __future__ import annotations
 import copy
 import glob
 import hashlib
-import importlib.util
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,6 +23,7 @@ import pytest
 import yaml
 
 from core.engine import DELTA_CATALOG, DELTA_EXTENSION, delta_packages, offline_jars
+from tests.cluster_support import cluster_script
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -58,17 +56,7 @@ S3A_CONFS = {
 # ---------------------------------------------------------------- parsing
 
 
-def _cluster() -> ModuleType:
-    """``scripts/cluster.py`` as a module (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("oreo_cluster_script", REPO / "scripts" / "cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster = _cluster()
+cluster = cluster_script()
 
 
 def interpolate(value: str) -> str:

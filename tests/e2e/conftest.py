@@ -12,12 +12,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
 
+from tests.cluster_support import local_connect
 from tests.in_process import oreo_json
 from tests.jvm_options import long_lived
 
@@ -133,6 +135,30 @@ def _stop(server: OreoServer) -> None:
             server.process.wait(timeout=10)
 
 
+class SharedSpark:
+    """One Spark Connect server (``local[2]``, a JVM of its own) for the browser tests' servers.
+
+    Each `streamlit run` used to start Spark in its own JVM: about 45 CPU-s of start,
+    class loading and compiling per server on a 2-core machine, paid again by every module
+    that needs a server of its own. Through ``SPARK_REMOTE`` they all share one JVM that
+    stays warm, as the app's replicas share one Connect server in a deployment. It starts
+    when the first server needs it and stops at the session's end.
+    """
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._remote: str | None = None
+
+    def remote(self, factory: pytest.TempPathFactory) -> str:
+        if self._remote is None:
+            self._remote = self._stack.enter_context(local_connect(factory.mktemp("e2e-connect"), free_port()))
+        return self._remote
+
+    def stop(self) -> None:
+        self._remote = None
+        self._stack.close()
+
+
 @pytest.fixture(scope="session")
 def start_oreo(
     demo_workspace: DemoWorkspace, tmp_path_factory: pytest.TempPathFactory
@@ -143,8 +169,14 @@ def start_oreo(
     no SSO, whatever .streamlit/secrets.toml holds); ``env`` adds settings. A server is
     stopped at the end of the test module that started it (``_module_servers``), so idle
     servers do not pile up beside the rest of the suite; a ``shared`` one at the end of the session.
+
+    Servers run their Spark statements on the session's shared Connect server
+    (``SharedSpark``) unless ``embedded``: then the server starts Spark in its own JVM, as
+    ``make run`` does (the warm-engine tests watch that start). ``env`` may name another
+    ``SPARK_REMOTE`` (the replicas' cluster).
     """
     started: list[OreoServer] = []
+    spark = SharedSpark()
 
     def start(
         name: str,
@@ -152,8 +184,12 @@ def start_oreo(
         secrets_for: Callable[[str], str] | None = None,
         env: dict[str, str] | None = None,
         shared: bool = False,
+        embedded: bool = False,
     ) -> OreoServer:
         home = tmp_path_factory.mktemp(f"e2e-{name}")
+        settings = dict(env or {})
+        if not embedded and "SPARK_REMOTE" not in settings:
+            settings["SPARK_REMOTE"] = spark.remote(tmp_path_factory)
         data_root, database_url = demo_workspace.copy_to(home)
         secrets_file = home / "secrets.toml"
         for _attempt in range(3):  # another process may take the free port before streamlit binds it
@@ -172,7 +208,7 @@ def start_oreo(
                 process = subprocess.Popen(
                     command,
                     cwd=REPO,  # so .streamlit/config.toml applies
-                    env={**_base_env(data_root, database_url), **(env or {})},
+                    env={**_base_env(data_root, database_url), **settings},
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # its own process group, stopped as one at teardown
@@ -188,6 +224,7 @@ def start_oreo(
     yield start
     for server in started:
         _stop(server)
+    spark.stop()
 
 
 # Servers the current test module started (not the shared one): stopped when the module ends.

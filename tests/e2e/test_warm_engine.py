@@ -75,7 +75,7 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
 
 def test_the_server_warms_the_engine_before_anyone_opens_it(start_oreo: Callable[..., OreoServer]) -> None:
     """No browser at all: the server process starts its one JVM on its own and says when it is ready."""
-    server = start_oreo("warm-engine")
+    server = start_oreo("warm-engine", embedded=True)
     status = wait_for_engine(server)
     assert status["state"] == "ready", status
     assert status["pid"] == server.process.pid, status
@@ -104,6 +104,7 @@ def test_a_click_before_the_engine_is_ready_says_it_is_starting(
     gate = tmp_path / "engine-may-start"
     server = start_oreo(
         "slow-engine",
+        embedded=True,
         env={"OREO_TEST_SLOW_ENGINE_START_S": str(SLOW_START_S), "OREO_TEST_ENGINE_START_GATE": str(gate)},
     )
     page = new_page(server.url)

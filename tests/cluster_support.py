@@ -168,19 +168,26 @@ def local_connect(state: Path, port: int) -> Iterator[str]:
     try:
         deadline = time.monotonic() + LOCAL_CONNECT_START_S
         while "Spark Connect server started" not in log.read_text(errors="replace"):
-            assert process.poll() is None, f"the Connect server exited with {process.returncode}:\n{_tail(log)}"
-            assert time.monotonic() < deadline, f"no Connect server within {LOCAL_CONNECT_START_S:.0f} s:\n{_tail(log)}"
+            assert process.poll() is None, f"the Connect server exited with {process.returncode}:\n{log_tail(log)}"
+            assert time.monotonic() < deadline, f"no Connect server in {LOCAL_CONNECT_START_S:.0f} s:\n{log_tail(log)}"
             time.sleep(0.2)  # poll interval, not a wait for an outcome
         yield f"sc://127.0.0.1:{port}"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_group(process, grace_s=30)
 
 
-def _tail(path: Path, lines: int = 30) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+def stop_group(process: subprocess.Popen[bytes], *, grace_s: float) -> None:
+    """SIGTERM the process group ``process`` leads (it was started with ``start_new_session``),
+    SIGKILL after ``grace_s``; returns once it is gone."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a process's log, for a failure message."""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Playwright, expect, sync_playwright
 
-from tests.cluster_support import local_connect
+from tests.cluster_support import local_connect, log_tail, stop_group
 from tests.in_process import oreo_json
 from tests.jvm_options import long_lived
 
@@ -77,10 +76,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
-
-
 def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
     env = long_lived({k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))})
     env.pop("SPARK_REMOTE", None)
@@ -112,7 +107,7 @@ def _wait_healthy(server: OreoServer, port: int) -> bool:
         if server.process.poll() is not None:
             if f"Port {port} is not available" in log:
                 return False
-            raise AssertionError(f"streamlit exited with {server.process.returncode}:\n{_tail(server.log)}")
+            raise AssertionError(f"streamlit exited with {server.process.returncode}:\n{log_tail(server.log)}")
         # The banner proves that this process, not a stranger that took the port, bound it.
         if f"localhost:{port}" in log:
             try:
@@ -122,23 +117,17 @@ def _wait_healthy(server: OreoServer, port: int) -> bool:
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
         time.sleep(0.2)  # poll interval, not a wait for an outcome
-    raise AssertionError(f"streamlit was not healthy within {SERVER_START_TIMEOUT}s:\n{_tail(server.log)}")
+    raise AssertionError(f"streamlit was not healthy within {SERVER_START_TIMEOUT}s:\n{log_tail(server.log)}")
 
 
 def _stop(server: OreoServer) -> None:
-    if server.process.poll() is None:
-        os.killpg(server.process.pid, signal.SIGTERM)
-        try:
-            server.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.process.pid, signal.SIGKILL)
-            server.process.wait(timeout=10)
+    stop_group(server.process, grace_s=20)
 
 
 class SharedSpark:
     """One Spark Connect server (``local[2]``, a JVM of its own) for the browser tests' servers.
 
-    Each `streamlit run` used to start Spark in its own JVM: about 45 CPU-s of start,
+    Each `streamlit run` used to start Spark in its own JVM: about 50 CPU-s of start,
     class loading and compiling per server on a 2-core machine, paid again by every module
     that needs a server of its own. Through ``SPARK_REMOTE`` they all share one JVM that
     stays warm, as the app's replicas share one Connect server in a deployment. It starts

@@ -88,7 +88,7 @@ def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def demo_workspace(tmp_path_factory: pytest.TempPathFactory) -> DemoWorkspace:
     """Seed the demo once through the real CLI (in this process); each server gets a copy of the result."""
     root = tmp_path_factory.mktemp("e2e-demo")
@@ -131,7 +131,7 @@ class SharedSpark:
     class loading and compiling per server on a 2-core machine, paid again by every module
     that needs a server of its own. Through ``SPARK_REMOTE`` they all share one JVM that
     stays warm, as the app's replicas share one Connect server in a deployment. It starts
-    when the first server needs it and stops at the session's end.
+    when the first server needs it and stops when the last browser test has run.
     """
 
     def __init__(self) -> None:
@@ -148,7 +148,7 @@ class SharedSpark:
         self._stack.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def start_oreo(
     demo_workspace: DemoWorkspace, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Callable[..., OreoServer]]:
@@ -157,9 +157,9 @@ def start_oreo(
     ``secrets_for(url)`` returns the text of the server's only secrets file (default empty:
     no SSO, whatever .streamlit/secrets.toml holds); ``env`` adds settings. A server is
     stopped at the end of the test module that started it (``_module_servers``), so idle
-    servers do not pile up beside the rest of the suite; a ``shared`` one at the end of the session.
+    servers do not pile up beside the rest of the suite; a ``shared`` one when the last browser test has run.
 
-    Servers run their Spark statements on the session's shared Connect server
+    Servers run their Spark statements on the browser tests' shared Connect server
     (``SharedSpark``) unless ``embedded``: then the server starts Spark in its own JVM, as
     ``make run`` does (the warm-engine tests watch that start). ``env`` may name another
     ``SPARK_REMOTE`` (the replicas' cluster).
@@ -228,19 +228,19 @@ def _module_servers() -> Iterator[None]:
         _stop(_MODULE_SERVERS.pop())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def oreo_server(start_oreo: Callable[..., OreoServer]) -> OreoServer:
     """The app with local accounts only, shared by the modules that only read or use rows of their own."""
     return start_oreo("local", shared=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright_instance() -> Iterator[Playwright]:
     with sync_playwright() as p:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright_instance: Playwright) -> Iterator[Browser]:
     browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     yield browser

@@ -17,7 +17,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

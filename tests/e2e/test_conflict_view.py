@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_review_link import SIZES, oreo, wait_idle  # the real CLI on the shared server; idle
+
+from tests.e2e.test_review_link import SIZES, oreo, wait_idle  # the real CLI on the shared server; idle
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

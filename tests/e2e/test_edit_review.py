@@ -22,7 +22,7 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

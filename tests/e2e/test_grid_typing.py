@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_table_console import (
+
+from tests.e2e.test_table_console import (
     _session_id,
     alert,
     cell,
@@ -32,7 +33,7 @@ from test_table_console import (
 )
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

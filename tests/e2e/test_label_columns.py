@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_edit_review import type_into_cell  # the Table page's double-click edit, shared
-from test_review_rows import (
+
+from tests.e2e.test_edit_review import type_into_cell  # the Table page's double-click edit, shared
+from tests.e2e.test_review_rows import (
     SLOW_MS,
     alert,
     cell,
@@ -29,7 +30,7 @@ from test_review_rows import (
 )
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

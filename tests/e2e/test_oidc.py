@@ -12,7 +12,7 @@ from oidc_provider_mock import User, run_server_in_thread
 from playwright.sync_api import Page, expect
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import OreoServer
+    from tests.e2e.conftest import OreoServer
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_edit_review import select_cell  # click the key cell, arrow right; retried like a person
+
+from tests.e2e.test_edit_review import select_cell  # click the key cell, arrow right; retried like a person
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

@@ -18,7 +18,7 @@ from core import reads
 from core.layout import dataset_layout
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

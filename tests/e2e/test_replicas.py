@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Page, expect
-from test_edit_review import (
+
+from tests import cluster_support
+from tests.e2e.test_edit_review import (
     SLOW_MS,
     alert,
     cell,
@@ -35,13 +37,11 @@ from test_edit_review import (
     wait_idle,
     wait_quiet,
 )
-from test_history_admin import choose_version, open_history, show
-
-from tests import cluster_support
+from tests.e2e.test_history_admin import choose_version, open_history, show
 from tests.test_cluster import cluster  # noqa: F401  # the session's loopback cluster (a fixture)
 
 if TYPE_CHECKING:
-    from conftest import OreoServer
+    from tests.e2e.conftest import OreoServer
 
 Settle = Callable[..., None]
 

@@ -27,7 +27,7 @@ from tests.in_process import oreo_json
 from tests.jvm_options import long_lived
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace
+    from tests.e2e.conftest import DemoWorkspace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3600)]  # two servers each start Spark
 

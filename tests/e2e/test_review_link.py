@@ -21,7 +21,7 @@ from playwright.sync_api import Locator, Page, expect
 from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

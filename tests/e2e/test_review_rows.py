@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_edit_review import select_cell, type_into_cell  # the grid's selection and double-click edit, shared
+
+from tests.e2e.test_edit_review import select_cell, type_into_cell  # the grid's selection and double-click edit, shared
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from test_edit_review import alert, choose, open_table, sign_in, submit_request, type_into_cell, wait_idle
+
+from tests.e2e.test_edit_review import alert, choose, open_table, sign_in, submit_request, type_into_cell, wait_idle
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

@@ -18,7 +18,7 @@ from oidc_provider_mock import User, run_server_in_thread
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 pytestmark = pytest.mark.e2e
 

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
-from test_edit_review import select_cell, wait_quiet  # the grid's selection, the editor's own rerun
 
 from core.layout import dataset_layout
 from core.sessions import EDITABLE
+from tests.e2e.test_edit_review import select_cell, wait_quiet  # the grid's selection, the editor's own rerun
 from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
-    from conftest import DemoWorkspace, OreoServer
+    from tests.e2e.conftest import DemoWorkspace, OreoServer
 
 Settle = Callable[..., None]
 

@@ -10,7 +10,6 @@ and give up, committing nothing, then land once it is free; A shows the restored
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -38,6 +37,7 @@ from tests.e2e.test_edit_review import (
     wait_quiet,
 )
 from tests.e2e.test_history_admin import choose_version, open_history, show
+from tests.in_process import oreo_json
 from tests.test_cluster import cluster  # noqa: F401  # the session's loopback cluster (a fixture)
 
 if TYPE_CHECKING:
@@ -48,7 +48,6 @@ Settle = Callable[..., None]
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
-OREO = str(Path(sys.executable).parent / "oreo")
 ROWS = 1200
 SHOT = {"width": 1400, "height": 1000}
 NEW_NAME = "Replicated"
@@ -77,18 +76,22 @@ def replicas(
     start_oreo: Callable[..., OreoServer],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Replicas:
-    """The demo seeded once through the cluster, then two servers on it."""
+    """The demo seeded once on the replicas' catalog and data root, then two servers on it.
+
+    The seeding runs in this process on its own Spark (as the browser tests' demo does): what
+    is under test is two replicas on one cluster, not how the demo was written, and an
+    ``oreo demo`` child on the cluster took about a minute.
+    """
     root = tmp_path_factory.mktemp("replicas")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.update(
         SPARK_REMOTE=cluster["SPARK_REMOTE"],
         OREO_DATABASE_URL=cluster_support.own_database(cluster["OREO_DATABASE_URL"], "test_replicas"),
         DELTA_DATA_ROOT=str(root / "delta"),
-        OREO_DEMO_ROWS=str(ROWS),
     )
-    done = subprocess.run([OREO, "--json", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"oreo demo failed:\n{done.stderr[-3000:]}"
-    passwords = {a["username"]: a["password"] for a in json.loads(done.stdout)["accounts"]}
+    doc = oreo_json(root / "delta", "demo", database_url=env["OREO_DATABASE_URL"], env={"OREO_DEMO_ROWS": str(ROWS)})
+    assert doc["created"] is True and doc["rows"] == ROWS, doc
+    passwords = {a["username"]: a["password"] for a in doc["accounts"]}
     shared = {k: env[k] for k in ("SPARK_REMOTE", "OREO_DATABASE_URL", "DELTA_DATA_ROOT")}
     # A busy table is given up on after 3 s, so the fenced restore below reports at once.
     settings = {**shared, "OREO_WRITER_WAIT_S": "3"}
@@ -117,11 +120,9 @@ def hold_lease(env: dict[str, str]) -> Callable[[], None]:
 
 
 def versions(env: dict[str, str]) -> list[int]:
-    done = subprocess.run(
-        [OREO, "--json", "history", "demo", "customers"], cwd=REPO, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return sorted(int(v["version"]) for v in json.loads(done.stdout)["versions"])
+    """The table's versions, read in this process from the replicas' catalog and data root."""
+    doc = oreo_json(Path(env["DELTA_DATA_ROOT"]), "history", "demo", "customers", database_url=env["OREO_DATABASE_URL"])
+    return sorted(int(v["version"]) for v in doc["versions"])
 
 
 def table_caption(page: Page) -> object:

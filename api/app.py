@@ -28,7 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import errors, routes
-from core import audit, engine, warmup
+from core import audit, engine, reactions, warmup
 from core.catalog import open_catalog
 from core.config import get_settings
 
@@ -235,6 +235,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app() -> FastAPI:
     """The API: ``/api/v1/...``, ``/metrics``, OpenAPI at ``/openapi.json`` and docs at ``/docs``."""
+    reactions.install()  # notifications and metrics follow the domain's events; the collector serves /metrics
     app = FastAPI(
         title="Oreo API",
         version="1",

@@ -15,9 +15,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
-from core import auth, web_sessions
+from core import auth, engine, notify, web_sessions
 from core.catalog import Catalog, open_catalog, utcnow
 from core.config import get_settings
+from core.datasets import list_datasets
 from core.errors import OreoError
 
 USER_KEY = "oreo_username"
@@ -284,8 +285,6 @@ def require_user() -> auth.User:
 
 
 def dataset_options(user: auth.User) -> list[str]:
-    from core.datasets import list_datasets
-
     return [f"{d.project_id}/{d.dataset_id}" for d in list_datasets(catalog(), actor=user)]
 
 
@@ -362,8 +361,6 @@ def status_badge(status: str | None) -> str:
 
 def inbox_link(page: Any, user: auth.User) -> None:
     """The sidebar's link to the Inbox, with a badge counting the user's unread events."""
-    from core import notify
-
     try:
         unread = notify.unread_count(catalog(), user)
     except OreoError:  # the catalog is restarting: the page itself will say so
@@ -382,8 +379,6 @@ def wait_for_engine() -> None:
     it here. A failed start is left to the Spark call that follows: it tries once more and
     raises the reason.
     """
-    from core import engine
-
     status = engine.engine_status()
     if status.state in ("ready", "failed"):
         return

@@ -24,6 +24,7 @@ import streamlit as st
 
 from app.components import (
     NEEDED_ROLE_KEY,
+    catalog,
     current_user,
     inbox_link,
     readable_captions,
@@ -32,7 +33,9 @@ from app.components import (
     sync_session_cookie,
     take_deep_link,
 )
-from core import auth, engine, metrics, notify, warmup
+from core import auth, background, engine, metrics, reactions, warmup
+
+reactions.install()  # notifications and metrics follow the domain's events, once per process
 
 PAGES = Path(__file__).resolve().parent.parent / "pages"
 # Every page's address. Streamlit names a page by a hash of its url_path, so the login page,
@@ -61,8 +64,6 @@ def _route() -> None:
         ]
         router = st.navigation(login)
     else:
-        from app.components import catalog
-
         role = auth.highest_role(catalog(), user)
         pages = [
             st.Page(
@@ -122,12 +123,12 @@ def _route() -> None:
 async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, warm it up, and log when it is ready."""
     engine.start_in_background(warm_up=warmup.warm_server)  # a small MERGE, then the tables under review
-    notify.start_background_drainer(None)  # sends the notification outbox, one drainer per server process
+    background.start_background_drainer(None)  # stale requests told, the outbox sent: one per server process
     metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)
     announce = asyncio.create_task(_announce_engine())
     yield
     announce.cancel()
-    notify.stop_background_drainer(timeout=1.0)
+    background.stop_background_drainer(timeout=1.0)
 
 
 async def _announce_engine() -> None:

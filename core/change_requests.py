@@ -31,6 +31,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,12 +41,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from core import audit, diff, disk, engine, metrics, notify, reads, sessions, storage, validation
-from core.auth import Role, User, require_role
-from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
+from core import audit, diff, disk, engine, events, reads, sessions, storage, validation
+from core.auth import Role, User, memberships, require_role
+from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, DatasetRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied, StaleRevision
+from core.events import StageTiming as StageTiming
 from core.layout import DatasetLayout, new_id, validate_id
 from core.schema import SchemaChange
 from core.sessions import CellEdit, effective_edits, find_session, mark_submitted
@@ -72,22 +76,6 @@ _TRANSITIONS: dict[CRState, set[CRState]] = {
 }
 # Not closed yet: the staging tables and the session are kept.
 IN_REVIEW = frozenset({CRState.OPEN, CRState.CHANGES_REQUESTED})
-
-
-@dataclass(frozen=True)
-class StageTiming:
-    """How long one stage of a submit or an approval took."""
-
-    action: Literal["submit", "approve"]
-    stage: str
-    seconds: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "stage": self.stage, "seconds": self.seconds}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageTiming:
-        return cls(action=data["action"], stage=str(data["stage"]), seconds=float(data["seconds"]))
 
 
 class Stopwatch:
@@ -593,10 +581,12 @@ def record_change_request(
     except BaseException:
         remove_tree(staging)
         raise
-    metrics.stage_timings(stages)
+    events.publish(events.StagesTimed(stages=tuple(stages)))
     if announce:
-        notify.emit(
-            catalog, "submitted", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author
+        events.publish(
+            events.Submitted(
+                catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author
+            )
         )
     return record
 
@@ -819,8 +809,6 @@ def list_change_requests(
     state: CRState | None = None,
 ) -> list[ChangeRequest]:
     """Change requests visible to ``actor``, newest first."""
-    from core.auth import memberships
-
     visible = memberships(catalog, actor)
     query = select(ChangeRequestRow).order_by(ChangeRequestRow.created_at.desc())
     if project_id is not None:
@@ -869,10 +857,12 @@ def _close(
             ),
         )
         record = record_from_row(row)
-    notify.emit(
-        catalog, to.value, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
-        extra={"reason": reason},
-    )
+    events.publish(
+        events.Closed(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
+            state=to.value, reason=reason,
+        )
+    )  # fmt: skip
     remove_leftovers(record)
     return record
 
@@ -886,12 +876,17 @@ def remove_leftovers(record: ChangeRequest) -> None:
         remove_tree(layout.session_dir(record.session_id))
 
 
-def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
-    """The author takes back an open request; its staging table is deleted, ``main`` untouched."""
+def withdraw_change_request(
+    catalog: Catalog, cr_id: str, *, actor: User, reason: str | None = None
+) -> ChangeRequest:
+    """The author takes back an open request; its staging table is deleted, ``main`` untouched.
+
+    ``reason`` is kept as the closing comment (a re-submitted request names its successor).
+    """
     record = get_change_request(catalog, cr_id, actor=actor)
     if record.author != actor.username:
         raise PermissionDenied(f"only the author {record.author!r} can withdraw {cr_id}", user=actor.username)
-    return _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=None)
+    return _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=reason)
 
 
 def reject_change_request(
@@ -953,10 +948,12 @@ def add_comment(
         s.add(row)
         s.flush()
         comment = _comment(row)
-    notify.emit(
-        catalog, "commented", project=comment_on.project_id, dataset=comment_on.dataset_id, cr_id=cr_id,
-        actor=actor.username, extra={"comment": comment.body, "row_id": row_id, "column": column},
-    )
+    events.publish(
+        events.Commented(
+            catalog=catalog, project=comment_on.project_id, dataset=comment_on.dataset_id, cr_id=cr_id,
+            actor=actor.username, comment=comment.body, row_id=row_id, column=column,
+        )
+    )  # fmt: skip
     return comment
 
 
@@ -1072,8 +1069,6 @@ def request_changes(
         ConflictError: The request is not open, or an approval of it is running or landed; an
             import request (it is revised by importing again: reject it with a reason).
     """
-    from core import merge  # merge builds on this module
-
     record = get_change_request(catalog, cr_id, actor=actor)
     require_role(catalog, actor, record.project_id, Role.APPROVER, action="request changes on a change request")
     if record.author == actor.username:
@@ -1089,7 +1084,7 @@ def request_changes(
         raise ConflictError(
             f"change request {cr_id} is {record.state.value}; changes can only be requested on an open request"
         )
-    if merge.approval_state(catalog, cr_id, actor=actor).state in ("running", "landed"):
+    if approval_state(catalog, cr_id, actor=actor).state in ("running", "landed"):
         raise ConflictError(f"change request {cr_id} is being merged; changes can no longer be requested")
     reason = reason.strip()
     with catalog.session() as s:
@@ -1101,7 +1096,7 @@ def request_changes(
         check_reviewed(record_from_row(row), expected_revision, expected_digest)
         if row.state != CRState.OPEN.value or row.revision != record.revision:
             raise ConflictError(f"change request {cr_id} is no longer open")
-        if merge.merging_now(s, record):
+        if merging_now(s, record):
             raise ConflictError(f"change request {cr_id} is being merged; changes can no longer be requested")
         row.state = CRState.CHANGES_REQUESTED.value
         row.updated_at = utcnow()
@@ -1121,10 +1116,12 @@ def request_changes(
     layout = layout_for(record.project_id, record.dataset_id)
     if record.session_id and layout.session_metadata(record.session_id).is_file():
         sessions.mark_revising(layout, record.session_id)
-    notify.emit(
-        catalog, "changes_requested", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
-        actor=actor.username, extra={"reason": reason},
-    )
+    events.publish(
+        events.ChangesRequested(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, reason=reason,
+        )
+    )  # fmt: skip
     return updated
 
 
@@ -1201,85 +1198,97 @@ def revise_change_request(
     except BaseException:
         remove_tree(staging)
         raise
-    metrics.stage_timings(stages)
+    events.publish(events.StagesTimed(stages=tuple(stages)))
     mark_submitted(layout, info.session_id, cr_id)
-    notify.emit(
-        catalog, "revised", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
-        extra={"revision": revision},
-    )
+    events.publish(
+        events.Revised(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, revision=revision,
+        )
+    )  # fmt: skip
     return updated
 
 
-def resubmit_change_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
-    """The author re-submits an open request against the current version of ``main``.
+# ---------------------------------------------------------------- approvals in flight
 
-    An import request is planned again from its stored upload (same mode and key) and
-    submitted as a new import request. For an edit request, a new session, based on the
-    current version, gets the request's changes: each changed cell's new value, the added
-    rows and the deleted rows. Changes to rows that no longer exist (and additions of keys
-    that now exist) are left out. The new session is submitted and validated like any
-    other. Either way, the old request is then withdrawn.
 
-    Raises:
-        PermissionDenied: ``actor`` is not the author.
-        ConflictError: The request is not open, or the author has pending edits on the dataset.
-        InvalidInput: Nothing of the request still applies.
+MERGE_ACTION = "merge_change_request"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalStarted(audit.AuditEvent):
+    """An approval took the table's writer lease and is about to MERGE; ``cr_merged`` ends it."""
+
+    name = "approval_started"
+    cr_id: str
+
+
+
+
+def lease_name(cr_id: str) -> str:
+    return f"the merge of {cr_id}"
+
+
+def merging_now(s: Session, record: ChangeRequest) -> bool:
+    """Whether an approval of ``record`` holds its table's writer lease, read in the caller's transaction ``s``."""
+    dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
+    if dataset is None or not dataset.writer or dataset.writer_until is None:
+        return False
+    return dataset.writer.startswith(lease_name(record.id) + " by ") and dataset.writer_until > utcnow()
+
+
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """Where the last approval of an open change request stands.
+
+    ``interrupted``: it started (``approval_started``) but neither finished nor still runs;
+    ``landed``: its MERGE commit is ``version`` but the catalog was not updated yet.
+    Either way, approving again finishes it (never merging twice).
     """
+
+    state: Literal["none", "running", "interrupted", "landed"]
+    version: int | None = None
+
+
+def approval_state(catalog: Catalog, cr_id: str, *, actor: User) -> ApprovalState:
+    """Whether an open request's approval was interrupted (a crash, a restart, the catalog down)."""
     record = get_change_request(catalog, cr_id, actor=actor)
-    if record.author != actor.username:
-        raise PermissionDenied(f"only the author {record.author!r} can re-submit {cr_id}", user=actor.username)
     if record.state != CRState.OPEN:
-        raise ConflictError(f"change request {cr_id} is {record.state.value}; only open requests can be re-submitted")
-    layout = layout_for(record.project_id, record.dataset_id)
-    staging = staging_path(layout, record)
-    if not (staging / "_delta_log").is_dir():
-        raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
-    if record.kind == "import":
-        from core import imports  # imports builds on this module
+        return ApprovalState("none")
+    main = layout_for(record.project_id, record.dataset_id).main
+    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+    if landed is not None:
+        return ApprovalState("landed", landed[0])
+    with catalog.session() as s:
+        events = s.scalars(
+            select(AuditEventRow).where(
+                AuditEventRow.name == ApprovalStarted.name,
+                AuditEventRow.project_id == record.project_id,
+                AuditEventRow.dataset_id == record.dataset_id,
+                AuditEventRow.ts >= record.created_at,
+            )
+        ).all()
+        if not any(e.details.get("cr_id") == cr_id for e in events):
+            return ApprovalState("none")
+        dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
+        holder, until = (dataset.writer, dataset.writer_until) if dataset is not None else (None, None)
+    if holder and holder.startswith(lease_name(cr_id) + " by ") and until and until > utcnow() and _alive(holder):
+        return ApprovalState("running")
+    return ApprovalState("interrupted")
 
-        fresh = imports.resubmit_import(catalog, record, actor=actor)
-        _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=f"re-submitted as {fresh.id}")
-        return fresh
-    current = sessions.current_session(catalog, record.project_id, record.dataset_id, actor=actor)
-    if current is not None and sessions.effective_edits(layout, current.session_id):
-        raise ConflictError(
-            f"you have pending edits on {record.project_id}/{record.dataset_id} (session {current.session_id}); "
-            "submit or discard them first"
-        )
-    dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
-    ops = _replay_ops(location(dataset.path), int(dataset.version or 0), staging)
-    if not ops:
-        raise InvalidInput(f"nothing of {cr_id} applies to the current version any more", field="cr_id")
-    session = sessions.open_session(catalog, record.project_id, record.dataset_id, actor=actor)
+
+
+
+def _alive(holder: str) -> bool:
+    """Whether a lease holder's process may still run: it runs on this host, or on another one."""
     try:
-        sessions.apply_edits(catalog, session.session_id, ops, actor=actor)
-        fresh = submit_change_request(
-            catalog, session.session_id, actor=actor, title=record.title, description=record.description
-        )
-    except BaseException:
-        sessions.discard_session(catalog, session.session_id, actor=actor, reason="re-submit failed")
-        raise
-    _close(catalog, cr_id, CRState.WITHDRAWN, actor=actor, reason=f"re-submitted as {fresh.id}")
-    return fresh
-
-
-def _replay_ops(main: Location, version: int, staging: Location) -> list[Any]:
-    """Edit operations that redo a staged change on ``main`` at ``version``."""
-    columns = [c.name for c in reads.table_schema(main, version) if c.name != "row_id"]
-    texts = ", ".join(f"CAST(s.{reads.quote_ident(c)} AS VARCHAR)" for c in columns)
-    sql = (
-        f"SELECT s.row_id, s.{OP_COLUMN}, s.{CHANGED_COLUMN}, m.row_id IS NOT NULL, {texts} "
-        "FROM delta_scan(?) s LEFT JOIN (SELECT row_id FROM delta_scan(?, version => ?)) m USING (row_id) "
-        "ORDER BY s.row_id"
-    )
-    ops: list[Any] = []
-    for row in reads.cursor().execute(sql, [str(staging), str(main), version]).fetchall():
-        row_id, op, changed, exists, values = row[0], row[1], list(row[2] or []), row[3], row[4:]
-        by_name = dict(zip(columns, values, strict=True))
-        if op == "update" and exists:
-            ops += [sessions.SetCell(row_id, c, by_name[c]) for c in changed if c in by_name]
-        elif op == "delete" and exists:
-            ops.append(sessions.DeleteRow(row_id))
-        elif op == "insert" and not exists:
-            ops.append(sessions.AddRow({c: v for c, v in by_name.items() if v is not None}))
-    return ops
+        host, pid = holder.rsplit(" by ", 1)[1].split(":")[:2]
+        if host == socket.gethostname():
+            os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, IndexError, PermissionError):
+        pass
+    return True

@@ -1,6 +1,6 @@
 """Settings, read once from the environment.
 
-Every setting is documented in the README. Tests change the environment and call
+Every setting is documented in docs/settings.md. Tests change the environment and call
 ``get_settings.cache_clear()``.
 """
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from sqlalchemy import select
 
-from core import audit, engine, notify, reads
+from core import audit, engine, events, reads
 from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
 from core.change_requests import (
@@ -360,7 +360,13 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
     if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
         return []
     conflicts = conflicts_since(layout.main, staging, record.base_version)
-    notify.emit_stale(catalog, record.project_id, record.dataset_id, cr_id, [c.version for c in conflicts])
+    if conflicts:
+        events.publish(
+            events.WentStale(
+                catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor="system",
+                conflict_versions=tuple(c.version for c in conflicts),
+            )
+        )  # fmt: skip
     return conflicts
 
 
@@ -457,10 +463,12 @@ def resolve_conflict(
     except BaseException:
         remove_tree(fresh)
         raise
-    notify.emit(
-        catalog, "revised", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=actor.username,
-        extra={"revision": revision},
-    )
+    events.publish(
+        events.Revised(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, revision=revision,
+        )
+    )  # fmt: skip
     return updated
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from core import logs, metrics
 from core.config import get_settings
-from core.errors import EngineError
+from core.errors import EngineError, NotFound
 from core.storage import Location, is_object_uri, location, spark_confs, spark_uri
 
 if TYPE_CHECKING:
@@ -643,8 +643,6 @@ def latest_version(path: Location) -> int:
     Raises:
         NotFound: ``path`` holds no Delta table.
     """
-    from core.errors import NotFound
-
     log = location(path) / "_delta_log"
     versions = [int(f.name[:20]) for f in log.glob("*.json") if f.name[:20].isdigit() and len(f.name) == 25]
     if not versions:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import quote, unquote
 
+from core.duck import quote_ident
 from core.errors import InvalidInput
 from core.values import canonical_text, type_family
 
@@ -363,8 +364,6 @@ def where_sql(conditions: list[Condition], columns: dict[str, str]) -> tuple[str
 
 def condition_sql(condition: Condition, duck_type: str) -> tuple[str, list[Any]]:
     """The SQL predicate of one checked condition and its parameters."""
-    from core.reads import quote_ident
-
     col = quote_ident(condition.column)
     is_text = type_family(duck_type) == "text"
     # The type comes from the table's schema (DESCRIBE), never from the user.

@@ -61,7 +61,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import select
 
-from core import audit, engine, metrics, reads, schema, validation
+from core import audit, engine, merge, metrics, reads, schema, validation
 from core.auth import Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, utcnow
 from core.change_requests import (
@@ -73,6 +73,7 @@ from core.change_requests import (
     remove_leftovers,
     save_staging,
     validate_change_request,
+    withdraw_change_request,
 )
 from core.config import get_settings
 from core.datasets import (
@@ -926,8 +927,6 @@ def _commit_without_review(
     catalog: Catalog, record: ChangeRequest, plan: ImportPlan, *, actor: User, progress: Progress | None
 ) -> ChangeRequest:
     """Merge a just-submitted direct commit and audit it; if it cannot merge, withdraw it and re-raise."""
-    from core import merge  # merge builds on change_requests, as this module does
-
     upload = plan.upload
     note = f"Committed directly by {actor.username} without review ({upload.file_name}, {plan.mode})."
     try:
@@ -963,8 +962,6 @@ def _commit_without_review(
 
 def _withdraw_failed(catalog: Catalog, record: ChangeRequest, *, actor: User) -> None:
     """Close a direct commit that did not merge, so no request of it stays open."""
-    from core.change_requests import withdraw_change_request
-
     try:
         withdraw_change_request(catalog, record.id, actor=actor)
     except (ConflictError, NotFound):  # it closed meanwhile

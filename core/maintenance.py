@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import select
 
-from core import audit, engine, reads
+from core import audit, engine, reads, sessions
 from core import metrics as oreo_metrics
 from core.auth import Role, User, memberships, require_role
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow
@@ -69,6 +69,7 @@ from core.config import get_settings
 from core.datasets import ROW_ID, get_dataset, layout_for, sync_dataset
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, OreoError, PermissionDenied
 from core.layout import ID_PATTERN, DatasetLayout, new_id, staging_owner
+from core.sessions import SessionInfo
 from core.storage import (
     Location,
     ObjectPath,
@@ -219,7 +220,7 @@ def _stats(main: Location) -> TableStats:
 
 
 def main_table_stats(main: Location) -> TableStats:
-    """``table_stats`` of a ``main`` folder, with no permission check (``core.sla`` and ``core.metrics``)."""
+    """``table_stats`` of a ``main`` folder, with no permission check (``core.health``)."""
     return _stats(main)
 
 
@@ -846,8 +847,6 @@ def _children(folder: Location) -> list[Location]:
 def _expired_sessions(
     layout: DatasetLayout, cr_states: dict[str, str], now: datetime, session_ttl: timedelta, orphan_ttl: timedelta
 ) -> list[_Removal]:
-    from core.sessions import SessionInfo
-
     found: list[_Removal] = []
     for folder in _children(layout.live_edit_root):
         meta = folder / "metadata.json"
@@ -958,8 +957,6 @@ def cleanup(
         InvalidInput: A negative TTL.
         PermissionDenied: ``actor`` administers no project.
     """
-    from core import sessions
-
     report_progress = progress or (lambda message, fraction: None)
     ttl = _check_ttl(ttl_hours)
     scope = _cleanup_scope(catalog, actor)

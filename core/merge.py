@@ -41,24 +41,24 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import duckdb
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from core import audit, disk, engine, metrics, notify, reads
-from core.auth import Role, User, require_role
+from core import audit, disk, engine, events, metrics, reads
+from core.auth import SYSTEM, Role, User, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, DatasetRow, utcnow
 from core.change_requests import (
     CHANGED_COLUMN,
+    MERGE_ACTION,
     OP_COLUMN,
+    ApprovalStarted,
     ChangeRequest,
     CRState,
     StageHook,
@@ -74,6 +74,10 @@ from core.change_requests import (
     staging_path,
     validate_change_request,
 )
+from core.change_requests import ApprovalState as ApprovalState
+from core.change_requests import approval_state as approval_state
+from core.change_requests import lease_name as _lease_name
+from core.change_requests import merging_now as merging_now
 from core.conflicts import Conflict as Conflict
 from core.conflicts import conflicts_since as conflicts_since
 from core.conflicts import find_conflicts as find_conflicts
@@ -93,7 +97,6 @@ from core.writer import release_leftovers, writing
 log = logging.getLogger(__name__)
 
 Progress = Callable[[float, str], None]
-MERGE_ACTION = "merge_change_request"
 MAX_ATTEMPTS = 5
 _SHOWN = 5
 
@@ -105,14 +108,6 @@ class ChangeRequestMerged(audit.AuditEvent):
     version: int
     commit_id: str
     validation_run_id: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ApprovalStarted(audit.AuditEvent):
-    """An approval took the table's writer lease and is about to MERGE; ``cr_merged`` ends it."""
-
-    name = "approval_started"
-    cr_id: str
 
 
 # Test hook: seconds an approval waits after ``approval_started``, before its MERGE, so a
@@ -135,14 +130,12 @@ _STALE_CHECKED: dict[str, int] = {}
 
 def sweep_stale(catalog: Catalog) -> int:
     """Check every open request whose table moved past its base version for conflicts; tell
-    the author of each that now conflicts (``notify.emit_stale``, once per newest conflicting
+    the author of each that now conflicts (``events.WentStale``, told once per newest conflicting
     version). A request is checked again only when its table moves again.
 
     Returns:
         How many requests were checked.
     """
-    from core.auth import SYSTEM
-
     with catalog.session() as s:
         moved = list(
             s.execute(
@@ -620,17 +613,15 @@ def _merge_open_request(
             f"but recording it failed: {exc}",
             hint="the merge is saved in the table; approve the request again once the catalog is back to finish",
         ) from exc
-    metrics.stage_timings(stages)
+    events.publish(events.StagesTimed(stages=tuple(stages)))
     remove_leftovers(merged)
-    try:
-        notify.emit(
-            catalog, "approved", project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
-            actor=actor.username, extra={"version": version, "comment": merged.close_reason},
-            dedup_key=f"approved:{cr_id}",
-        )  # fmt: skip
-    except CatalogUnavailable:
-        # The request is merged and recorded; an error here would say "nothing was saved".
-        log.warning("%s merged as version %s, but its notifications could not be queued", cr_id, version, exc_info=True)
+    # The request is merged and recorded; what a subscriber raises is logged, never raised here.
+    events.publish(
+        events.Approved(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, version=version, comment=merged.close_reason,
+        )
+    )  # fmt: skip
     report(1.0, f"Merged as version {version}")
     return merged
 
@@ -688,18 +679,6 @@ def _mark_merged(
 # ---------------------------------------------------------------- interrupted approvals
 
 
-def _lease_name(cr_id: str) -> str:
-    return f"the merge of {cr_id}"
-
-
-def merging_now(s: Session, record: ChangeRequest) -> bool:
-    """Whether an approval of ``record`` holds its table's writer lease, read in the caller's transaction ``s``."""
-    dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
-    if dataset is None or not dataset.writer or dataset.writer_until is None:
-        return False
-    return dataset.writer.startswith(_lease_name(record.id) + " by ") and dataset.writer_until > utcnow()
-
-
 def _record_approval_started(catalog: Catalog, record: ChangeRequest, actor: User) -> None:
     """Check, holding the writer lease, that the request is still open at the revision being merged, and say so.
 
@@ -719,56 +698,3 @@ def _record_approval_started(catalog: Catalog, record: ChangeRequest, actor: Use
             ),
         )
     engine.test_hold(float(os.environ.get(PAUSE_BEFORE_MERGE_ENV) or 0), os.environ.get(MERGE_GATE_ENV))
-
-
-@dataclass(frozen=True)
-class ApprovalState:
-    """Where the last approval of an open change request stands.
-
-    ``interrupted``: it started (``approval_started``) but neither finished nor still runs;
-    ``landed``: its MERGE commit is ``version`` but the catalog was not updated yet.
-    Either way, approving again finishes it (never merging twice).
-    """
-
-    state: Literal["none", "running", "interrupted", "landed"]
-    version: int | None = None
-
-
-def approval_state(catalog: Catalog, cr_id: str, *, actor: User) -> ApprovalState:
-    """Whether an open request's approval was interrupted (a crash, a restart, the catalog down)."""
-    record = get_change_request(catalog, cr_id, actor=actor)
-    if record.state != CRState.OPEN:
-        return ApprovalState("none")
-    main = layout_for(record.project_id, record.dataset_id).main
-    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
-    if landed is not None:
-        return ApprovalState("landed", landed[0])
-    with catalog.session() as s:
-        events = s.scalars(
-            select(AuditEventRow).where(
-                AuditEventRow.name == ApprovalStarted.name,
-                AuditEventRow.project_id == record.project_id,
-                AuditEventRow.dataset_id == record.dataset_id,
-                AuditEventRow.ts >= record.created_at,
-            )
-        ).all()
-        if not any(e.details.get("cr_id") == cr_id for e in events):
-            return ApprovalState("none")
-        dataset = s.get(DatasetRow, (record.project_id, record.dataset_id))
-        holder, until = (dataset.writer, dataset.writer_until) if dataset is not None else (None, None)
-    if holder and holder.startswith(_lease_name(cr_id) + " by ") and until and until > utcnow() and _alive(holder):
-        return ApprovalState("running")
-    return ApprovalState("interrupted")
-
-
-def _alive(holder: str) -> bool:
-    """Whether a lease holder's process may still run: it runs on this host, or on another one."""
-    try:
-        host, pid = holder.rsplit(" by ", 1)[1].split(":")[:2]
-        if host == socket.gethostname():
-            os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (ValueError, IndexError, PermissionError):
-        pass
-    return True

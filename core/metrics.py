@@ -3,9 +3,9 @@
 Core code counts and times its work where it happens through the small functions below
 (``page_read``, ``edit_saved``, ``stage_timings``, ``timed_operation``...). Quantities that
 live in the catalog or on disk (change requests by state, open requests' ages, the outbox,
-each table's files and leftovers, the engine) are read at scrape time by one collector,
-``_CatalogCollector``, so every replica reports the same numbers; it keeps its result for
-``CACHE_S`` seconds, and each table's Delta-log stats for as long as its version stands.
+each table's files and leftovers, the engine) are read at scrape time by the collector of
+``core.health``, which the API and the app register at their start, so every replica
+reports the same numbers.
 
 Two ways out: the API serves ``render()`` (or ``prometheus_client.make_asgi_app()``) at
 ``/metrics``; the Streamlit app, another process, calls ``serve()`` once per server
@@ -21,25 +21,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import Literal, ParamSpec, TypeVar
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, generate_latest, start_http_server
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from core import sla
-
-if TYPE_CHECKING:
-    from core.change_requests import StageTiming
+from core import events, sla
+from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied, ValidationFailed
+from core.events import StagesTimed, StageTiming
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9464
-CACHE_S = 5.0
 _STAGE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 _OPERATION_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
-_DAY = 86400.0
-_OPEN_AGE_BUCKETS = (3600.0, _DAY, 3 * _DAY, 7 * _DAY, 14 * _DAY, 30 * _DAY)
 Operation = Literal["merge", "restore", "optimize", "vacuum"]
 
 PAGE_READ_SECONDS = Histogram(
@@ -105,6 +99,15 @@ def stage_timings(stages: Iterable[StageTiming]) -> None:
         STAGE_SECONDS.labels(timing.action, timing.stage).observe(timing.seconds)
 
 
+def _on_stages_timed(event: StagesTimed) -> None:
+    stage_timings(event.stages)
+
+
+def subscribe() -> None:
+    """Time the stages of every submit and approval this process publishes (``core.reactions``)."""
+    events.subscribe(StagesTimed, _on_stages_timed)
+
+
 def validation_run(status: str, checks: Iterable[tuple[str, bool]]) -> None:
     """A finished validation run: its status and each check's (severity, success)."""
     VALIDATION_RUNS.labels(status).inc()
@@ -142,8 +145,6 @@ def timed_import_write(rows: int) -> Iterator[None]:
 
 def approval_outcome(exc: BaseException | None) -> str:
     """How an approval ended, from what it raised (None: merged)."""
-    from core.errors import ConflictError, InvalidInput, NotFound, PermissionDenied, ValidationFailed
-
     if exc is None:
         return "merged"
     if isinstance(exc, ValidationFailed):
@@ -189,133 +190,6 @@ def engine_started(seconds: float) -> None:
     ENGINE_START_SECONDS.set(seconds)
 
 
-# ---------------------------------------------------------------- scrape-time collector
-
-
-class _CatalogCollector(Collector):
-    """Metrics read from the configured catalog and data root at scrape time, cached ``CACHE_S`` seconds."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._cached: tuple[float, tuple[str, str], list[Metric]] | None = None
-
-    def describe(self) -> list[Metric]:
-        return []  # collected lazily: registering must not open the catalog
-
-    def collect(self) -> list[Metric]:
-        from core.config import get_settings
-
-        settings = get_settings()
-        where = (settings.database_url, str(settings.data_root))
-        with self._lock:
-            cached = self._cached
-            if cached is not None and cached[1] == where and time.monotonic() - cached[0] < CACHE_S:
-                return cached[2]
-            try:
-                families = _engine_families() + _catalog_families()
-            except Exception:  # a scrape must answer even when the catalog is down
-                log.warning("metrics: could not read the catalog", exc_info=True)
-                families = _engine_families()
-            self._cached = (time.monotonic(), where, families)
-            return families
-
-
-def _engine_families() -> list[Metric]:
-    from core import engine
-
-    status = engine.engine_status()
-    up = GaugeMetricFamily("oreo_engine_up", "1 when this process's Spark session is up, else 0.")
-    up.add_metric([], 1.0 if status.state == "ready" else 0.0)
-    state = GaugeMetricFamily(
-        "oreo_engine_state", "This process's Spark session: 1 for its current state.", labels=["state"]
-    )
-    for name in ("idle", "starting", "ready", "failed"):
-        state.add_metric([name], 1.0 if status.state == name else 0.0)
-    return [up, state]
-
-
-def _catalog_families() -> list[Metric]:
-    from sqlalchemy import func, select
-
-    from core.catalog import ChangeRequestRow, OutboxRow, open_catalog
-    from core.change_requests import CRState
-
-    catalog = open_catalog()
-    with catalog.session() as s:
-        by_state = dict(s.execute(select(ChangeRequestRow.state, func.count()).group_by(ChangeRequestRow.state)).all())
-        outbox = dict(s.execute(select(OutboxRow.state, func.count()).group_by(OutboxRow.state)).all())
-
-    states = GaugeMetricFamily("oreo_change_requests", "Change requests by state.", labels=["state"])
-    for state in CRState:
-        states.add_metric([state.value], float(by_state.get(state.value, 0)))
-
-    ages = sla.open_request_ages(catalog)
-    oldest = GaugeMetricFamily(
-        "oreo_change_request_oldest_open_age_seconds", "Age of the oldest open (or changes-requested) request."
-    )
-    oldest.add_metric([], max(ages, default=0.0))
-    histogram = HistogramMetricFamily(
-        "oreo_change_request_open_age_seconds", "Ages of the open (or changes-requested) requests."
-    )
-    buckets = [(_le(bound), float(sum(1 for a in ages if a <= bound))) for bound in _OPEN_AGE_BUCKETS]
-    histogram.add_metric([], [*buckets, ("+Inf", float(len(ages)))], sum_value=sum(ages))
-
-    depth = GaugeMetricFamily("oreo_notify_outbox_depth", "Notifications waiting to be sent (pending).")
-    depth.add_metric([], float(outbox.get("pending", 0)))
-    dead = GaugeMetricFamily("oreo_notify_outbox_dead", "Notifications that ran out of attempts.")
-    dead.add_metric([], float(outbox.get("dead", 0)))
-
-    return [states, oldest, histogram, depth, dead, *_table_families(catalog)]
-
-
-def _le(bound: float) -> str:
-    return f"{bound:g}" if bound < 1e6 else f"{bound:.1f}"
-
-
-def _table_families(catalog: Any) -> list[Metric]:
-    labels = ["project", "dataset"]
-    families = {
-        "files": GaugeMetricFamily("oreo_table_files", "Data files of a dataset's main table.", labels=labels),
-        "small": GaugeMetricFamily(
-            "oreo_table_small_files",
-            "Files of a main table under OREO_SMALL_FILE_MB, when at least two (what OPTIMIZE compacts).",
-            labels=labels,
-        ),
-        "bytes": GaugeMetricFamily("oreo_table_bytes", "Bytes of a main table's current files.", labels=labels),
-        "staging": GaugeMetricFamily(
-            "oreo_staging_bytes", "Bytes under a dataset's staging/ (change requests' staged tables).", labels=labels
-        ),
-        "live": GaugeMetricFamily(
-            "oreo_live_edit_bytes", "Bytes under a dataset's live_edit/ (editing sessions).", labels=labels
-        ),
-        "vacuum": GaugeMetricFamily(
-            "oreo_last_vacuum_timestamp_seconds",
-            "Unix time of a main table's last VACUUM (its Delta log, or a maintain run that found nothing to "
-            "delete), or of its creation when never vacuumed.",
-            labels=labels,
-        ),
-    }
-    for table in sla.table_health(catalog):
-        key = [table.project_id, table.dataset_id]
-        families["files"].add_metric(key, float(table.files))
-        families["small"].add_metric(key, float(table.small_files))
-        families["bytes"].add_metric(key, float(table.size_bytes))
-        families["staging"].add_metric(key, float(table.staging_bytes))
-        families["live"].add_metric(key, float(table.live_edit_bytes))
-        families["vacuum"].add_metric(key, table.vacuum_clock.timestamp())
-    return list(families.values())
-
-
-_collector = _CatalogCollector()
-REGISTRY.register(_collector)
-
-
-def refresh() -> None:
-    """Forget the collector's cached scrape (tests, and a page that just changed what it reports)."""
-    with _collector._lock:
-        _collector._cached = None
-
-
 # ---------------------------------------------------------------- exposition
 
 
@@ -336,8 +210,6 @@ def metrics_port() -> int:
     try:
         return int(raw)
     except ValueError as exc:
-        from core.errors import InvalidInput
-
         message = f"setting OREO_METRICS_PORT must be a port number, got {raw!r}"
         raise InvalidInput(message, field="OREO_METRICS_PORT") from exc
 

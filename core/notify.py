@@ -56,7 +56,7 @@ import httpx
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from core import audit, egress, metrics
+from core import audit, egress, events, metrics
 from core.auth import Role, User, require_role
 from core.catalog import (
     Catalog,
@@ -71,7 +71,7 @@ from core.catalog import (
     utcnow,
 )
 from core.config import Settings, get_settings
-from core.errors import InvalidInput, NotFound
+from core.errors import CatalogUnavailable, InvalidInput, NotFound
 from core.layout import new_id, validate_id
 
 log = logging.getLogger(__name__)
@@ -997,61 +997,64 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500] if first else type(exc).__name__
 
 
-# ---------------------------------------------------------------- background drainer
-
-_drainer: threading.Thread | None = None
-_drainer_stop = threading.Event()
-_drainer_lock = threading.Lock()
+# ---------------------------------------------------------------- what is told, on which event
 
 
-def start_background_drainer(catalog: Catalog | None, interval: float | None = None) -> threading.Thread:
-    """Drain the outbox every ``interval`` seconds (``OREO_NOTIFY_INTERVAL_S``) in a daemon thread.
-
-    ``catalog`` None: the configured catalog, opened by the thread (a server starts even
-    while the catalog is unreachable). One per process: a second call returns the running thread.
-    """
-    global _drainer
-    every = float(interval if interval is not None else get_settings().notify_interval_s)
-    with _drainer_lock:
-        if _drainer is not None and _drainer.is_alive():
-            return _drainer
-        _drainer_stop.clear()
-        _drainer = threading.Thread(target=_drain_forever, args=(catalog, every), name="oreo-notify", daemon=True)
-        _drainer.start()
-        return _drainer
+def _on_submitted(e: events.Submitted) -> None:
+    emit(e.catalog, NotifyEvent.SUBMITTED, project=e.project, dataset=e.dataset, cr_id=e.cr_id, actor=e.actor)
 
 
-def stop_background_drainer(timeout: float = 30.0) -> None:
-    """Stop the background drainer (tests, shutdown) and wait for it."""
-    global _drainer
-    with _drainer_lock:
-        thread, _drainer = _drainer, None
-    _drainer_stop.set()
-    if thread is not None:
-        thread.join(timeout)
+def _on_revised(e: events.Revised) -> None:
+    emit(
+        e.catalog, NotifyEvent.REVISED, project=e.project, dataset=e.dataset, cr_id=e.cr_id, actor=e.actor,
+        extra={"revision": e.revision},
+    )  # fmt: skip
 
 
-def sweep_stale(catalog: Catalog) -> int:
-    """``core.merge.sweep_stale``: open requests that main moved under and that now conflict tell their author."""
-    from core.merge import sweep_stale as sweep
+def _on_approved(e: events.Approved) -> None:
+    try:
+        emit(
+            e.catalog, NotifyEvent.APPROVED, project=e.project, dataset=e.dataset, cr_id=e.cr_id, actor=e.actor,
+            extra={"version": e.version, "comment": e.comment}, dedup_key=f"approved:{e.cr_id}",
+        )  # fmt: skip
+    except CatalogUnavailable:
+        # The request is merged and recorded; the catalog's "nothing was saved" would be untrue here.
+        log.warning(
+            "%s merged as version %s, but its notifications could not be queued", e.cr_id, e.version, exc_info=True
+        )
 
-    return sweep(catalog)
+
+def _on_closed(e: events.Closed) -> None:
+    emit(
+        e.catalog, NotifyEvent(e.state), project=e.project, dataset=e.dataset, cr_id=e.cr_id, actor=e.actor,
+        extra={"reason": e.reason},
+    )  # fmt: skip
 
 
-def _drain_forever(catalog: Catalog | None, every: float) -> None:
-    from core.catalog import open_catalog
+def _on_changes_requested(e: events.ChangesRequested) -> None:
+    emit(
+        e.catalog, NotifyEvent.CHANGES_REQUESTED, project=e.project, dataset=e.dataset, cr_id=e.cr_id,
+        actor=e.actor, extra={"reason": e.reason},
+    )  # fmt: skip
 
-    while not _drainer_stop.is_set():
-        try:
-            sweep_stale(catalog or open_catalog())
-        except Exception:  # a table being rewritten, a catalog restarting: the next round checks again
-            log.warning("checking open change requests for conflicts failed", exc_info=True)
-        try:
-            report = drain(catalog or open_catalog())
-            if report.failed or report.dead:
-                log.warning(
-                    "notifications: %d sent, %d failed, %d dead", len(report.sent), len(report.failed), len(report.dead)
-                )
-        except Exception:  # the catalog may be restarting; the next round tries again
-            log.warning("draining the notification outbox failed", exc_info=True)
-        _drainer_stop.wait(every)
+
+def _on_commented(e: events.Commented) -> None:
+    emit(
+        e.catalog, NotifyEvent.COMMENTED, project=e.project, dataset=e.dataset, cr_id=e.cr_id, actor=e.actor,
+        extra={"comment": e.comment, "row_id": e.row_id, "column": e.column},
+    )  # fmt: skip
+
+
+def _on_stale(e: events.WentStale) -> None:
+    emit_stale(e.catalog, e.project, e.dataset or "", e.cr_id, e.conflict_versions)
+
+
+def subscribe() -> None:
+    """Tell people about every change-request event this process publishes (``core.reactions``)."""
+    events.subscribe(events.Submitted, _on_submitted)
+    events.subscribe(events.Revised, _on_revised)
+    events.subscribe(events.Approved, _on_approved)
+    events.subscribe(events.Closed, _on_closed)
+    events.subscribe(events.ChangesRequested, _on_changes_requested)
+    events.subscribe(events.Commented, _on_commented)
+    events.subscribe(events.WentStale, _on_stale)

@@ -4,147 +4,38 @@ The extension binary is the signed one shipped in the ``duckdb-extension-delta``
 it is LOADed from the package folder, never INSTALLed from the network, and unsigned
 extensions stay forbidden.
 
-One in-memory database per process, one cursor per thread (DuckDB connections are not
-thread-safe, cursors on one database are). Every user value is a bound parameter; column
-names are checked against the table's schema and then quoted.
+The process's database and its cursors are ``core.duck``'s. Every user value is a bound
+parameter; column names are checked against the table's schema and then quoted.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 
 from core import damage, metrics
+from core.config import get_settings
+from core.duck import close as close
+from core.duck import cursor as cursor
+from core.duck import extension_path as extension_path
+from core.duck import open_duckdb as open_duckdb
+from core.duck import quote_ident as quote_ident
+from core.duck import quote_literal as quote_literal
 from core.errors import EngineError, InvalidInput, NotFound
 from core.filters import Condition, check_conditions, condition_sql, where_sql
-from core.storage import Location, duckdb_secret_sql, is_object_uri, location, storage_options_for
+from core.storage import Location, location, storage_options_for
+from core.values import type_family
 
 if TYPE_CHECKING:
     import pandas as pd
 
 FilterOp = Literal["eq", "contains"]
-
-_db_lock = threading.Lock()
-_db: duckdb.DuckDBPyConnection | None = None
-_local = threading.local()
-_cursors: list[tuple[threading.Thread, duckdb.DuckDBPyConnection]] = []  # each with the thread it serves
-
-
-def extension_path(name: str = "delta") -> Path:
-    """The signed ``name`` extension inside the installed ``duckdb-extension-<name>`` wheel."""
-    import importlib
-
-    try:
-        package = importlib.import_module(f"duckdb_extension_{name}")
-    except ImportError as exc:
-        raise EngineError(
-            f"the DuckDB {name} extension is not installed",
-            hint=f"install duckdb-extension-{name} with the same version as duckdb",
-        ) from exc
-    folder = Path(str(package.__file__)).parent / "extensions" / f"v{duckdb.__version__}"
-    path = folder / f"{name}.duckdb_extension"
-    if not path.is_file():
-        raise EngineError(
-            f"DuckDB {name} extension for DuckDB {duckdb.__version__} not found at {path}",
-            hint=f"install duckdb-extension-{name} with the same version as duckdb",
-        )
-    return path
-
-
-def open_duckdb() -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB with the signed delta extension loaded and nothing fetched.
-
-    With the data root on an object store, httpfs is loaded first (from its wheel, like
-    delta) and a secret carries the store's endpoint and credentials (``core.storage``).
-    """
-    con = duckdb.connect(
-        ":memory:",
-        config={
-            "allow_unsigned_extensions": "false",
-            "autoinstall_known_extensions": "false",
-            "autoload_known_extensions": "false",
-        },
-    )
-    from core.config import get_settings
-
-    if is_object_uri(get_settings().data_root):
-        con.execute(f"LOAD '{extension_path('httpfs')}'")
-        con.execute(duckdb_secret_sql())
-        # A Delta data file is never rewritten under its name, so its size and date can be
-        # remembered: without this every page read sent one HEAD per data file of the table
-        # (a read cost more the more files main had). The log itself is read by the delta
-        # extension's own client, so new versions are still seen.
-        con.execute("SET enable_http_metadata_cache = true")
-    con.execute(f"LOAD '{extension_path()}'")
-    # Text forms of timestamps (edits, JSON output) must not depend on the host's zone.
-    con.execute("SET TimeZone = 'UTC'")
-    return con
-
-
-def _database() -> duckdb.DuckDBPyConnection:
-    global _db
-    if _db is None:
-        with _db_lock:
-            if _db is None:
-                _db = open_duckdb()
-                atexit.register(close)
-    return _db
-
-
-def close() -> None:
-    """Close this process's DuckDB database and cursors.
-
-    Runs at exit: DuckDB's C++ threads must stop before the interpreter tears down, or
-    the process can abort ("terminate called without an active exception").
-    """
-    global _db
-    with _db_lock:
-        for _owner, cur in list(_cursors):
-            try:
-                cur.close()
-            except duckdb.Error:
-                pass
-        _cursors.clear()
-        if _db is not None:
-            _db.close()
-            _db = None
-        _local.__dict__.clear()
-
-
-def cursor() -> duckdb.DuckDBPyConnection:
-    """This thread's DuckDB cursor, with the delta extension loaded.
-
-    The app runs every script run in a new thread, so a new cursor first closes the ones
-    whose threads have ended (nothing else can be using them).
-    """
-    cur = getattr(_local, "cursor", None)
-    if cur is None:
-        cur = _database().cursor()
-        with _db_lock:
-            for owner, old in list(_cursors):
-                if not owner.is_alive():
-                    _cursors.remove((owner, old))
-                    old.close()
-            _cursors.append((threading.current_thread(), cur))
-        _local.cursor = cur
-    return cur
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def quote_literal(value: str) -> str:
-    """A DuckDB string literal, for names that must be spelled in SQL text (values are bound)."""
-    return "'" + value.replace("'", "''") + "'"
 
 
 def _scan(version: int | None) -> tuple[str, list[Any]]:
@@ -356,8 +247,6 @@ def _ordered_page(
     page in one step. The count of a filtered read rides on the first step (a window over
     the matching rows' two columns) instead of a second scan.
     """
-    from core.values import type_family
-
     q, ident = quote_ident(first), quote_ident(identity)
     cols = ", ".join(quote_ident(c) for c in dict.fromkeys([identity, first]))
     ordering = _ordering(query, cols)
@@ -519,8 +408,6 @@ def _version_key(path: Location, version: int) -> tuple[Any, ...] | None:
 
 
 def _held_budget() -> int:
-    from core.config import get_settings
-
     return max(0, int(get_settings().read_cache_mb)) << 20
 
 

@@ -86,7 +86,7 @@ def check_column_types(arrow_schema: pa.Schema, *, source: str) -> None:
     """Refuse nested columns (struct, list, map) and types a Delta table cannot hold.
 
     Oreo edits, validates, stages and diffs a cell as one typed value; a nested value has
-    no such single form (see the README's "Column types").
+    no such single form (see "Column types" in docs/storage.md).
 
     Raises:
         InvalidFile: Naming the first such column and its type.

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from core.errors import InvalidInput
+from core.errors import EngineError, InvalidInput
 
 if TYPE_CHECKING:
     from pyarrow.fs import S3FileSystem
@@ -294,8 +294,6 @@ def newest_mtime(loc: ObjectPath) -> float:
 def local_path(loc: Location, what: str) -> Path:
     """``loc`` when it is local; on an object store, an ``EngineError`` naming ``what``."""
     if isinstance(loc, ObjectPath):
-        from core.errors import EngineError
-
         raise EngineError(
             f"{what} is not available on object storage ({loc})", hint="use a local DELTA_DATA_ROOT for it"
         )

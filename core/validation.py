@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from core import metrics, rules
+from core import metrics, reads, rules
 from core.catalog import utcnow
 from core.errors import EngineError, InvalidInput, NotFound
 from core.layout import DatasetLayout, new_id
@@ -274,8 +274,6 @@ def load_run(layout: DatasetLayout, run_id: str) -> ValidationRun:
 
 def touched_columns(staging: Location) -> set[str] | None:
     """The columns a staged change sets: its updates' ``_changed`` columns; None when it inserts rows (all)."""
-    from core import reads
-
     sql = (
         "SELECT coalesce(bool_or(_op = 'insert' OR _changed IS NULL), false), "
         "coalesce(list_distinct(flatten(list(_changed))), []) FROM delta_scan(?) WHERE _op <> 'delete'"
@@ -339,8 +337,6 @@ def change_frame(
     ``touched``: the columns the change sets (``touched_columns``; None: all); uniqueness
     of columns it leaves as they were needs no rows of main.
     """
-    from core import reads
-
     q = reads.quote_ident
     columns = [c.name for c in reads.table_schema(main, version)]
     staged = f"SELECT {', '.join(q(c) for c in columns)} FROM delta_scan(?) WHERE _op <> 'delete'"
@@ -378,8 +374,6 @@ def _prefilter(staging: Location, sets: list[list[str]]) -> tuple[str, list[Any]
     it changes nothing but what DuckDB must read. ``TRUE`` when a column has too many
     distinct staged values to spell out.
     """
-    from core import reads
-
     q = reads.quote_ident
     alternatives: list[str] = []
     params: list[Any] = []

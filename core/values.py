@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from core import duck
 from core.errors import InvalidInput
 
 INTEGER_RANGES: dict[str, tuple[int, int]] = {
@@ -264,14 +265,12 @@ def canonical_text(
     Raises:
         InvalidInput: The value does not fit the column exactly.
     """
-    from core import reads
-
     text = check_value(value, column=column, duck_type=duck_type, row_id=row_id, allow_non_finite=allow_non_finite)
     if text is None:
         return None
     if type_family(duck_type) == "text":
         return text
-    row = reads.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text]).fetchone()
+    row = duck.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text]).fetchone()
     if row is None or row[0] is None:
         raise _refuse(_as_text(value), column, row_id, f"is not a valid {duck_type} value")
     shown = str(row[0])

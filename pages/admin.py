@@ -19,7 +19,7 @@ from app.components import (
     split_dataset,
     wait_for_engine,
 )
-from core import auth, datasets, maintenance, notify, sla
+from core import auth, datasets, health, maintenance, notify
 from core.config import get_settings
 from core.errors import OreoError
 
@@ -133,7 +133,7 @@ def cleanup_frame(result: dict[str, Any]) -> pd.DataFrame:
 SLA_STATUS = {True: "ok", False: "OVER TARGET", None: "not judged"}
 
 
-def sla_frame(figures: list[sla.SlaFigure]) -> pd.DataFrame:
+def sla_frame(figures: list[health.SlaFigure]) -> pd.DataFrame:
     """Seed 004's service levels as rows: figure, value, target, status, what it is about."""
     return pd.DataFrame(
         [
@@ -148,7 +148,7 @@ with oreo_errors():
     # Headings go h1, h2, h3 with no level skipped (screen readers list them as the page's outline).
     st.header("Monitoring", anchor=False)
     st.subheader("Service levels, last 24 hours", anchor=False)
-    figures = sla.sla_figures(catalog(), actor=user)
+    figures = health.sla_figures(catalog(), actor=user)
     breached = [f.name for f in figures if f.ok is False]
     st.caption(
         "How fast and how reliably Oreo served people, against the targets the monitoring alerts watch. "

@@ -35,11 +35,11 @@ from core.change_requests import (
     ChangeRequest,
     CRState,
     list_change_requests,
-    resubmit_change_request,
     revise_change_request,
     withdraw_change_request,
 )
 from core.conflicts import find_conflicts
+from core.resubmit import resubmit_change_request
 
 STATES = ["all", *(s.value for s in CRState)]
 TABLE_PAGE = Path(__file__).parent / "table.py"

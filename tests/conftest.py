@@ -12,7 +12,7 @@ import pytest
 from _pytest.nodeid import coerce_node_id
 from argon2 import PasswordHasher
 
-from core import auth, engine, tokens
+from core import auth, engine, reactions, tokens
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
 from tests import cluster_support, jvm_options
@@ -75,6 +75,12 @@ def _both_compilers_here() -> Iterator[None]:
 # cost about 0.1 s per hash or check, which sign-ins and tokens in hundreds of tests paid.
 # Child processes (the CLI, servers) keep the defaults; test_auth checks the stored hash.
 CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _wired() -> None:
+    """This process reacts to the domain's events as the app, the API and the CLI do (their composition roots)."""
+    reactions.install()
 
 
 @pytest.fixture(scope="session", autouse=True)

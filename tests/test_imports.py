@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core import change_requests as crs
-from core import engine, imports, merge, reads, sessions
+from core import engine, imports, merge, reads, resubmit, sessions
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -619,7 +619,7 @@ def test_resubmit_plans_the_upload_again_on_the_current_version(catalog: Catalog
     sessions.apply_edits(catalog, session.session_id, [SetCell("6", "name", "by hand")], actor=eve)
     _approve(catalog, crs.submit_change_request(catalog, session.session_id, actor=eve))
 
-    fresh = crs.resubmit_change_request(catalog, old.id, actor=ed)
+    fresh = resubmit.resubmit_change_request(catalog, old.id, actor=ed)
 
     assert (fresh.kind, fresh.base_version, fresh.upload_id) == ("import", 1, old.upload_id)
     assert crs.get_change_request(catalog, old.id, actor=ed).state == crs.CRState.WITHDRAWN

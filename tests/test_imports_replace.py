@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from core import audit, datasets, engine, imports, merge, reads, sessions
+from core import audit, datasets, engine, imports, merge, reads, resubmit, sessions
 from core import change_requests as crs
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
@@ -242,7 +242,7 @@ def test_resubmit_of_a_replace_keeps_its_mode(catalog: Catalog, tmp_path: Path) 
     adds = _file(tmp_path, "a.csv", "id,name,age\n50,X,1\n")
     _approve(catalog, imports.import_file(catalog, "demo", "people", adds, actor=get_user(catalog, "adam"))[0])
 
-    fresh = crs.resubmit_change_request(catalog, old.id, actor=ed)
+    fresh = resubmit.resubmit_change_request(catalog, old.id, actor=ed)
 
     summary = imports.import_summary(catalog, fresh.id, actor=ed)
     assert summary is not None and (summary.mode, summary.deleted, fresh.base_version) == ("replace", 5, 1)

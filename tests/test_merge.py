@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from core import change_requests as crs
-from core import conflicts, datasets, engine, merge, reads, sessions
+from core import conflicts, datasets, engine, merge, reads, resubmit, sessions
 from core.audit import list_events
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -277,8 +277,8 @@ def test_the_author_resubmits_against_the_current_version(catalog: Catalog) -> N
     merge.approve_change_request(catalog, first.id, actor=al)
     assert merge.find_conflicts(catalog, stale.id, actor=al)
     with pytest.raises(PermissionDenied, match="only the author"):
-        crs.resubmit_change_request(catalog, stale.id, actor=al)
-    fresh = crs.resubmit_change_request(catalog, stale.id, actor=ed)
+        resubmit.resubmit_change_request(catalog, stale.id, actor=al)
+    fresh = resubmit.resubmit_change_request(catalog, stale.id, actor=ed)
     assert (fresh.base_version, fresh.title, fresh.state) == (1, stale.title, crs.CRState.OPEN)
     old = crs.get_change_request(catalog, stale.id, actor=ed)
     assert (old.state, old.close_reason) == (crs.CRState.WITHDRAWN, f"re-submitted as {fresh.id}")
@@ -292,7 +292,7 @@ def test_the_author_resubmits_against_the_current_version(catalog: Catalog) -> N
     merge.approve_change_request(catalog, fresh.id, actor=al)
     assert (_table()["2"]["age"], "8" in _table(), "60" in _table()) == (31, False, True)
     with pytest.raises(ConflictError, match="only open requests can be re-submitted"):
-        crs.resubmit_change_request(catalog, stale.id, actor=ed)
+        resubmit.resubmit_change_request(catalog, stale.id, actor=ed)
 
 
 # ---------------------------------------------------------------- conflicts: base, theirs, mine; the author decides

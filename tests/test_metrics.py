@@ -13,7 +13,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import func, select
 
-from core import audit, change_requests, history, imports, maintenance, merge, metrics, notify, reads, sessions, sla
+from core import (
+    audit,
+    change_requests,
+    health,
+    history,
+    imports,
+    maintenance,
+    merge,
+    metrics,
+    notify,
+    reads,
+    sessions,
+    sla,
+)
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, OutboxRow, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -48,7 +61,7 @@ def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def scrape() -> Samples:
     """Every sample of ``render()``, parsed back, keyed by name and labels (the collector's cache dropped)."""
-    metrics.refresh()
+    health.refresh()
     samples: Samples = {}
     for family in text_string_to_metric_families(metrics.render().decode()):
         for sample in family.samples:

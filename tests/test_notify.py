@@ -21,7 +21,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword
 from sqlalchemy import select, text
 
-from core import change_requests, notify
+from core import background, change_requests, notify
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow, InboxRow, OutboxRow, WebhookRow, utcnow
 from core.config import get_settings
@@ -371,13 +371,13 @@ def test_two_drainers_never_send_a_delivery_twice(workspace: Catalog, receiver: 
 
 def test_the_background_drainer_sends_without_being_asked(workspace: Catalog, receiver: Receiver) -> None:
     _hook(workspace, receiver.url)
-    thread = notify.start_background_drainer(workspace, interval=0.1)
+    thread = background.start_background_drainer(workspace, interval=0.1)
     try:
-        assert notify.start_background_drainer(workspace, interval=0.1) is thread  # one per process
+        assert background.start_background_drainer(workspace, interval=0.1) is thread  # one per process
         _submitted(workspace)
         wait_for(lambda: receiver.received, timeout=30, what="the background drainer's POST")
     finally:
-        notify.stop_background_drainer()
+        background.stop_background_drainer()
     assert not thread.is_alive()
     assert receiver.received[0].json()["event"] == "submitted"
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from core import reads
+from core import duck, reads
 from core.filters import parse_where
 
 ROWS = 3_000
@@ -169,7 +169,7 @@ def test_a_finished_threads_cursor_is_closed_when_another_thread_needs_one() -> 
         t.start()
         t.join()
     assert len(made) == 20 and len({id(c) for c in made}) == 20
-    alive = {id(c) for _, c in reads._cursors}
+    alive = {id(c) for _, c in duck._cursors}
     assert id(made[-1]) in alive and not any(id(c) in alive for c in made[:-1])
     with pytest.raises(duckdb.ConnectionException):
         made[0].execute("SELECT 1")

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from core import sla
+from core import health, sla
 from core.engine import EngineStatus
 
 
@@ -88,5 +88,5 @@ def test_an_unreadable_tally_file_is_skipped() -> None:
     ],
 )
 def test_the_engine_is_judged_once_it_started_or_failed(status: EngineStatus, ok: bool | None, detail: str) -> None:
-    figure = sla._engine_figure(status)
+    figure = health._engine_figure(status)
     assert (figure.text, figure.ok, figure.detail) == (status.state, ok, detail)

@@ -8,7 +8,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 # browser tier, the cluster tier, or one module; tests/conftest.py), in the suite's order.
 WORKERS := -n 2 --dist loadgroup --no-loadscope-reorder
 
-.PHONY: run test test-fast setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster clean
+.PHONY: run test test-fast setup setup-test jars jars-s3a chromium postgres promtool demo lint typecheck bench bench-cluster docs clean
 
 ## run: install everything, seed the demo workspace, start the app on http://localhost:8501
 ## and the HTTP API on http://localhost:8600 (scripts/run.sh: the API stops when the app does)
@@ -78,6 +78,11 @@ bench: setup-test jars
 ## embedded and then on the loopback cluster (scripts/cluster.sh), with cluster/embedded ratios
 bench-cluster: setup-test jars postgres
 	$(BIN)/python -m bench --cluster $(ARGS)
+
+## docs: serve the manual (docs/, mkdocs.yml) on http://127.0.0.1:8000, rebuilt as the pages change
+## (make test builds it with `mkdocs build --strict`: tests/test_docs.py)
+docs: setup-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 clean:
 	rm -rf data spark-warehouse bench/.data

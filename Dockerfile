@@ -39,7 +39,7 @@ USER oreo
 
 VOLUME ["/data"]
 EXPOSE 8501
-# The HTTP API: `docker run -p 8600:8600 oreo:local oreo api --host 0.0.0.0` (README "HTTP API").
+# The HTTP API: `docker run -p 8600:8600 oreo:local oreo api --host 0.0.0.0` (docs/api.md).
 EXPOSE 8600
 # Prometheus metrics of the app (core.metrics.serve, OREO_METRICS_PORT).
 EXPOSE 9464

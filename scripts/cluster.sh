@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A loopback Spark cluster for Oreo (see scripts/cluster.py and README "Running on a cluster").
+# A loopback Spark cluster for Oreo (see scripts/cluster.py and docs/scale-out.md, "Running on a cluster").
 #   eval "$(scripts/cluster.sh up)"   master + 2 workers + Spark Connect + PostgreSQL; prints `export NAME=value`
 #   eval "$(scripts/cluster.sh up --s3)"  the same + an S3 store (moto_server) with a bucket; adds
 #                                     DELTA_DATA_ROOT=s3://... and the AWS_* variables

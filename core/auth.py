@@ -18,6 +18,7 @@ whoever can run ``oreo`` on the server already holds the data and the catalog.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import math
@@ -61,6 +62,7 @@ _hasher = PasswordHasher()
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # The default of the setting OREO_PASSWORD_MIN_LENGTH; NIST SP 800-63B asks for 8 with a common-password check.
 MIN_PASSWORD_LENGTH = 8
+PASSWORD_SIMILARITY = 0.7  # Django's UserAttributeSimilarityValidator default
 # Long enough for any passphrase or password manager, short enough that argon2 is not handed megabytes.
 MAX_PASSWORD_LENGTH = 1024
 DISABLED_MESSAGE = "this account is disabled; ask a site admin to enable it"
@@ -150,11 +152,15 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-def check_password(password: str) -> None:
-    """Refuse a new password that is too short, too long, only whitespace or one of the most common ones.
+def check_password(password: str, *, username: str | None = None, email: str | None = None) -> None:
+    """Refuse a new password that is too short, too long, only whitespace, one of the most common
+    ones, or too much like its user's name or email address.
 
     The shortest length is the setting ``OREO_PASSWORD_MIN_LENGTH`` (default 8); the common
-    passwords are the 30,000 that zxcvbn ships, compared without regard to case.
+    passwords are the 30,000 that zxcvbn ships, compared without regard to case. "Too much
+    like" the username, the email address or its part before the ``@`` (without regard to
+    case): the password holds it and what is left is shorter than the shortest password,
+    or the two are alike by Django's rule (a ``difflib`` ratio of 0.7 or more).
 
     Raises:
         InvalidInput: The password breaks one of these rules (the message names which).
@@ -168,6 +174,21 @@ def check_password(password: str) -> None:
         raise InvalidInput("password must not be only spaces", field="password")
     if password.lower() in _common_passwords():
         raise InvalidInput("password is one of the most common passwords; choose another", field="password")
+    for what, value in (("username", username), ("email address", email)):
+        if _too_similar(password, value, minimum):
+            raise InvalidInput(f"password is too much like the {what}; choose another", field="password")
+
+
+def _too_similar(password: str, value: str | None, minimum: int) -> bool:
+    """Whether ``password`` is mostly ``value`` (or its part before an ``@``): it holds it and the rest is
+    shorter than a password may be, or Django's similarity ratio of the two is 0.7 or more."""
+    text = password.lower()
+    for part in {p for p in ((value or "").lower(), (value or "").lower().split("@", 1)[0]) if len(p) >= 3}:
+        if part in text and len(text.replace(part, "")) < minimum:
+            return True
+        if difflib.SequenceMatcher(a=text, b=part).quick_ratio() >= PASSWORD_SIMILARITY:
+            return True
+    return False
 
 
 @functools.cache
@@ -220,7 +241,7 @@ def create_user(
             f"only a site admin can create users; {actor.username!r} is not one", user=actor.username
         )
     password = password if password is not None else generate_password()
-    check_password(password)
+    check_password(password, username=username, email=email)
     with catalog.session() as s:
         if s.scalar(select(UserRow).where(UserRow.username == username)) is not None:
             raise AlreadyExists(f"user {username!r} already exists", kind="user", ident=username)
@@ -253,6 +274,7 @@ def set_password(catalog: Catalog, username: str, password: str, *, actor: User 
         raise PermissionDenied("only a site admin can change another user's password", user=actor.username)
     with catalog.session() as s:
         row = _user_row(s, username)
+        check_password(password, username=username, email=row.email)
         row.password_hash = hash_password(password)
         # Whoever knew the old password may hold a browser session or have made a token: a new password ends them all.
         _revoke_web_sessions(s, row.id, utcnow())

@@ -71,13 +71,14 @@ from core.catalog import (
     utcnow,
 )
 from core.config import Settings, get_settings
-from core.errors import CatalogUnavailable, InvalidInput, NotFound
+from core.errors import AlreadyExists, CatalogUnavailable, InvalidInput, NotFound
 from core.layout import new_id, validate_id
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 SIGNATURE_HEADER = "X-Oreo-Signature"
+MIN_SECRET_LENGTH = 16  # a webhook secret signs every POST: a short one can be guessed
 # A delivery that failed this many times is dead; its webhook is marked failing.
 MAX_ATTEMPTS = 6
 BACKOFF_S = 30.0
@@ -469,7 +470,9 @@ def add_webhook(catalog: Catalog, project_id: str, url: str, secret: str, *, act
     Raises:
         NotFound: Unknown project.
         PermissionDenied: ``actor`` is not an admin of the project.
-        InvalidInput: The secret is empty; or the URL is not an absolute http(s) URL, holds a user name or
+        AlreadyExists: The project has a webhook for this URL already.
+        InvalidInput: The secret is empty or shorter than ``MIN_SECRET_LENGTH``; or the URL is not an
+            absolute http(s) URL, holds a user name or
             password, does not resolve, or reaches an address that is not public and not listed in
             ``OREO_WEBHOOK_ALLOWED_HOSTS`` (``core.egress``).
     """
@@ -477,10 +480,19 @@ def add_webhook(catalog: Catalog, project_id: str, url: str, secret: str, *, act
     require_role(catalog, actor, project_id, Role.ADMIN, action="manage webhooks")
     if not secret or not secret.strip():
         raise InvalidInput("the webhook secret is empty; pass it on standard input", field="secret")
+    if len(secret) < MIN_SECRET_LENGTH:
+        raise InvalidInput(
+            f"the webhook secret has {len(secret)} characters; use at least {MIN_SECRET_LENGTH} random ones "
+            "(e.g. python -c 'import secrets; print(secrets.token_hex(32))')",
+            field="secret",
+        )
     url = (url or "").strip()
     egress.check(url, get_settings().webhook_allowed_hosts)
     hook_id = new_id("wh")
     with catalog.session() as s:
+        taken = s.scalar(select(WebhookRow.id).where(WebhookRow.project_id == project_id, WebhookRow.url == url))
+        if taken is not None:
+            raise AlreadyExists(f"project {project_id!r} already has a webhook for {url} ({taken})", kind="webhook")
         row = WebhookRow(id=hook_id, project_id=project_id, url=url, secret=secret, created_by=actor.username)
         s.add(row)
         s.flush()

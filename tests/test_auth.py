@@ -199,6 +199,27 @@ def test_the_password_policy_refuses_weak_passwords(catalog: Catalog, password: 
     assert auth.authenticate(catalog, "bob", "bob-password-1").username == "bob"
 
 
+@pytest.mark.parametrize(
+    ("password", "what"),
+    [
+        ("alice2024!", "username"),
+        ("ALICE-alice", "username"),
+        ("alice.liddell7", "email address"),
+        ("Alice.Liddell!", "email address"),
+    ],
+)
+def test_a_password_too_much_like_the_user_s_name_or_email_is_refused(
+    catalog: Catalog, password: str, what: str
+) -> None:
+    with pytest.raises(InvalidInput, match=f"password is too much like the {what}; choose another"):
+        auth.create_user(catalog, "alice", password=password, email="alice.liddell@example.test")
+    assert auth.list_users(catalog) == []
+    auth.create_user(catalog, "alice", password="alice-in-wonderland-1865", email="alice.liddell@example.test")
+    with pytest.raises(InvalidInput, match=f"too much like the {what}"):
+        auth.set_password(catalog, "alice", password)
+    assert auth.authenticate(catalog, "alice", "alice-in-wonderland-1865").username == "alice"
+
+
 def test_the_password_policy_accepts_long_and_generated_passwords(catalog: Catalog) -> None:
     auth.create_user(catalog, "alice", password="x" * 1000 + " correct horse")
     auth.create_user(catalog, "bob", password=auth.generate_password())

@@ -25,12 +25,12 @@ from core import background, change_requests, notify
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow, InboxRow, OutboxRow, WebhookRow, utcnow
 from core.config import get_settings
-from core.errors import InvalidInput, NotFound, PermissionDenied
+from core.errors import AlreadyExists, InvalidInput, NotFound, PermissionDenied
 from core.projects import create_project
 from tests.merge_support import wait_for
 from tests.test_cli import assert_one_error_line, run
 
-SECRET = "hook-secret-1"
+SECRET = "hook-secret-0123456789"
 
 
 def free_port() -> int:
@@ -410,6 +410,16 @@ def test_webhooks_are_managed_by_project_admins_only(workspace: Catalog) -> None
         assert s.scalars(select(WebhookRow)).all() == []
 
 
+def test_a_short_secret_and_a_second_webhook_for_one_url_are_refused(workspace: Catalog) -> None:
+    ada = get_user(workspace, "ada")
+    with pytest.raises(InvalidInput, match="the webhook secret has 15 characters; use at least 16"):
+        notify.add_webhook(workspace, "demo", "https://hooks.example.test/x", "x" * 15, actor=ada)
+    hook = notify.add_webhook(workspace, "demo", "https://hooks.example.test/x", "x" * 16, actor=ada)
+    with pytest.raises(AlreadyExists, match=f"already has a webhook for https://hooks.example.test/x \\({hook.id}\\)"):
+        notify.add_webhook(workspace, "demo", " https://hooks.example.test/x ", SECRET, actor=ada)
+    assert [h.id for h in notify.list_webhooks(workspace, "demo", actor=ada)] == [hook.id]
+
+
 def test_removing_a_webhook_drops_its_pending_deliveries(workspace: Catalog) -> None:
     ada = get_user(workspace, "ada")
     hook = _hook(workspace, "https://hooks.example.test/x")
@@ -452,13 +462,16 @@ def test_cli_webhook_add_list_remove_and_drain(
     assert run(capsys, "--json", "webhook", "list", "demo").json()["webhooks"] == []
 
 
+OK = SECRET + "\n"  # a long enough secret: each refusal below is about what it names
+
+
 @pytest.mark.parametrize(
     ("args", "stdin", "message"),
     [
-        (["webhook", "add", "demo", "not a url", "--secret-stdin", "--as", "ada"], "s\n", "bad webhook URL"),
-        (["webhook", "add", "nope", "https://h.example.test/", "--secret-stdin"], "s\n", "unknown project 'nope'"),
-        (["webhook", "add", "demo", "https://h.example.test/", "--secret-stdin", "--as", "al"], "s\n", "admin role"),
-        (["webhook", "add", "demo", "https://h.example.test/"], "s\n", "--secret-stdin"),
+        (["webhook", "add", "demo", "not a url", "--secret-stdin", "--as", "ada"], OK, "bad webhook URL"),
+        (["webhook", "add", "nope", "https://h.example.test/", "--secret-stdin"], OK, "unknown project 'nope'"),
+        (["webhook", "add", "demo", "https://h.example.test/", "--secret-stdin", "--as", "al"], OK, "admin role"),
+        (["webhook", "add", "demo", "https://h.example.test/"], OK, "--secret-stdin"),
         (["webhook", "add", "demo", "https://h.example.test/", "--secret-stdin"], "", "secret is empty"),
         (["webhook", "list", "demo", "--as", "eve"], "", "admin role"),
         (["webhook", "remove", "demo", "wh_0000000000000000"], "", "has no webhook"),

@@ -74,7 +74,7 @@ def test_admin_page_shows_failing_webhooks_and_dead_deliveries(
     monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")  # webhooks reach only public hosts otherwise
     get_settings.cache_clear()
     ada = get_user(workspace, "ada")
-    hook = notify.add_webhook(workspace, "demo", "http://127.0.0.1:9/refused", "s3cret", actor=ada)
+    hook = notify.add_webhook(workspace, "demo", "http://127.0.0.1:9/refused", "s3cret-0123456789abcdef", actor=ada)
     _event(workspace, "submitted", "ed")
     at = signed_in("ada", ADMIN_PAGE)
     assert any("Every webhook is delivering" in s for s in texts(at.success))
@@ -91,7 +91,7 @@ def test_admin_page_shows_failing_webhooks_and_dead_deliveries(
     assert hooks[["webhook", "state", "dead"]].values.tolist() == [[hook.id, "failing", 1]]
     assert "ConnectError" in hooks["last error"].iloc[0]
     assert dead[["event", "to", "attempts"]].values.tolist() == [["submitted", hook.id, notify.MAX_ATTEMPTS]]
-    assert "s3cret" not in hooks.to_string()
+    assert "s3cret-0123456789abcdef" not in hooks.to_string()
 
 
 def test_open_request_goes_to_my_requests_for_the_author_and_explains_a_closed_one(workspace: Catalog) -> None:

@@ -63,6 +63,22 @@ def test_duplicate_project_is_refused(catalog: Catalog) -> None:
     assert len(list_events(catalog, name="project_created")) == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("x" * 101, "project name has 101 characters; at most 100"),
+        ("Sales\nQ3", "one line of text"),
+        ("a\tb", "one line"),
+    ],
+)
+def test_a_long_or_multi_line_display_name_is_refused(catalog: Catalog, name: str, message: str) -> None:
+    with pytest.raises(InvalidInput, match=message):
+        create_project(catalog, "demo", name=name)
+    assert list_projects(catalog, SYSTEM) == []
+    assert list_events(catalog, name="project_created") == []
+    assert create_project(catalog, "demo", name="  " + "x" * 100 + "  ").name == "x" * 100
+
+
 @pytest.mark.parametrize("project_id", ["", "Demo", "a/b", "..", "d\u0435mo", "x" * 64])
 def test_bad_project_ids_are_refused(catalog: Catalog, project_id: str) -> None:
     with pytest.raises(InvalidInput, match="project id"):

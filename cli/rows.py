@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from core import diff
+from core.documents import row_diff_doc
 from core.errors import InvalidInput
 
 RowsOption = Annotated[
@@ -70,8 +71,6 @@ def all_rows(fetch: Callable[[int, int], diff.RowDiffPage], limit: int | None, o
 
 def rows_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None) -> dict[str, Any]:
     """The key ``--rows`` adds to a command's JSON document: ``row_diff`` (its other keys stay as they are)."""
-    from core.documents import row_diff_doc
-
     return row_diff_doc(page, exported)
 
 

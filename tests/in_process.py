@@ -17,6 +17,7 @@ from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+from cli import context
 from cli import main as cli
 from core.catalog import reset_catalogs
 from core.config import get_settings
@@ -52,7 +53,7 @@ def on_workspace(data_root: Path, database_url: str | None = None, env: dict[str
 def run_cli(*args: str) -> tuple[int, Any, str]:
     """``oreo --json ARGS`` in this process, as the console script runs it: exit code, JSON (or None), stderr."""
     out, err = io.StringIO(), io.StringIO()
-    cli.state.json = False  # module state of the CLI; each invocation starts clean
+    context.state.json = False  # module state of the CLI; each invocation starts clean
     with redirect_stdout(out), redirect_stderr(err):
         code = cli.main(["--json", *args])
     return code, json.loads(out.getvalue()) if out.getvalue().strip() else None, err.getvalue()

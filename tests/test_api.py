@@ -810,6 +810,7 @@ def _same_shape(cli_doc: Any, api_doc: Any, where: str) -> None:
 def test_every_cli_json_document_and_its_api_twin_have_the_same_fields(
     server: Server, people: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from cli import context
     from cli import main as cli
     from core.catalog import reset_catalogs
     from core.config import get_settings
@@ -843,7 +844,7 @@ def test_every_cli_json_document_and_its_api_twin_have_the_same_fields(
     with server.client("ed") as c:
         for args, path in twins:
             capsys.readouterr()
-            cli.state.json = False
+            context.state.json = False
             assert cli.main(["--json", *args]) == 0, capsys.readouterr().err
             cli_doc = json.loads(capsys.readouterr().out)
             if isinstance(cli_doc, dict) and args[:2] in (["dataset", "list"], ["dataset", "show"]):

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from cli import context
 from cli import main as cli
+from cli.commands import accounts
 from core import auth, datasets, engine, reads, sessions, tokens
 from core.audit import list_events
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -45,7 +47,7 @@ def _not_strict_json(name: str) -> Any:
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
     """Run ``oreo ARGS`` in-process, as the console script would."""
     capsys.readouterr()
-    cli.state.json = False  # the flag is module state; each invocation starts clean
+    context.state.json = False  # the flag is module state; each invocation starts clean
     code = cli.main(list(args))
     captured = capsys.readouterr()
     return Result(code, captured.out, captured.err)
@@ -62,9 +64,9 @@ def assert_one_error_line(result: Result, message: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _clean_cli_state() -> Iterator[None]:
-    cli.state.json = False
+    context.state.json = False
     yield
-    cli.state.json = False
+    context.state.json = False
 
 
 # ---------------------------------------------------------------- users, projects, members
@@ -325,7 +327,7 @@ def cli_dataset(spark, tmp_path_factory: pytest.TempPathFactory) -> CliDataset: 
             ]
             with contextlib.redirect_stdout(io.StringIO()):
                 assert all(cli.main(args) == 0 for args in setup)
-            cli.state.json = False
+            context.state.json = False
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = cli.main(
                     [
@@ -344,7 +346,7 @@ def cli_dataset(spark, tmp_path_factory: pytest.TempPathFactory) -> CliDataset: 
                 )
             assert code == 0, err.getvalue()
         finally:
-            cli.state.json = False
+            context.state.json = False
             reset_catalogs()
             get_settings.cache_clear()
     return CliDataset(env=env, rows=rows, created=json.loads(out.getvalue()))
@@ -495,7 +497,7 @@ def test_an_unexpected_error_is_one_line_naming_the_log_that_holds_its_traceback
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the library broke\nwith a second line")
 
-    monkeypatch.setattr(cli.projects, "list_projects", broken)
+    monkeypatch.setattr(accounts.projects, "list_projects", broken)
 
     result = run(capsys, "--json", "project", "list")
 
@@ -797,7 +799,7 @@ def test_the_cli_reads_local_files_outside_the_import_folders(  # type: ignore[n
 
 
 def test_python_m_cli_main_keeps_json_for_sub_apps(tmp_path: Path) -> None:
-    """``python -m cli.main --json`` reaches sub-apps (they import ``cli.main``) as JSON, not text."""
+    """``python -m cli.main --json`` reaches sub-apps (the flag is ``cli.context``'s) as JSON, not text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OREO_")}
     env.pop("SPARK_REMOTE", None)
     env.update(DELTA_DATA_ROOT=str(tmp_path / "delta"), OREO_DATABASE_URL=f"sqlite:///{tmp_path / 'catalog.db'}")

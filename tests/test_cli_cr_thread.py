@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import main as cli
+from cli import context
 from core import engine, reads
 from core.auth import Role, add_member, create_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -42,7 +42,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
 
 

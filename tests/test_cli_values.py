@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli import main as cli
+from cli import context
 from core import reads, sessions
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -68,7 +68,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
 
 
@@ -180,4 +180,4 @@ def test_strict_json_converts_non_finite_floats() -> None:
     import numpy as np
 
     doc = {"a": [math.inf, -math.inf, math.nan, np.float64("inf"), 1.5], "b": {"c": np.float32("nan")}}
-    assert strict(cli.dumps(doc)) == {"a": ["Infinity", "-Infinity", "NaN", "Infinity", 1.5], "b": {"c": "NaN"}}
+    assert strict(context.dumps(doc)) == {"a": ["Infinity", "-Infinity", "NaN", "Infinity", 1.5], "b": {"c": "NaN"}}

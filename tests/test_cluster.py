@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "scripts" / "cluster.sh"
-# The console script, not ``python -m cli.main``: a sub-app importing ``cli.main`` would load it twice.
+# The console script, as cron and the deployment run it.
 OREO = str(Path(sys.executable).parent / "oreo")
 PEOPLE = "id,name,age\n" + "".join(f"{i},name {i},{20 + i}\n" for i in range(1, 21))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from cli import main as cli
+from cli import context
 from core import auth, damage, engine, merge
 from core.catalog import Catalog, DatasetRow, open_catalog, reset_catalogs
 from core.sessions import DeleteRow, SetCell
@@ -40,9 +40,9 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     ms.switch(ms.fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
-    cli.state.json = False
+    context.state.json = False
 
 
 def _actions(version: int) -> list[dict]:  # type: ignore[type-arg]

@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from cli import main as cli
+from cli import context
 from core import tokens
 from core.auth import Role, add_member, create_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -79,7 +79,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli import main as cli
+from cli import context
 from core import auth, change_requests, engine, history, merge, projects, sessions
 from core.audit import list_events
 from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
@@ -104,9 +104,9 @@ def on_postgres(
     rows = ["id,name,qty,score"] + [f"{r['id']},{r['name']},{r['qty']},{r['score']}" for r in ms.BASE_ROWS.values()]
     source.write_text("\n".join(rows) + "\n")
     create_dataset(catalog, ms.PROJECT, ms.DATASET, source, key="id")
-    cli.state.json = False
+    context.state.json = False
     yield catalog
-    cli.state.json = False
+    context.state.json = False
     if not postgres.running():
         postgres.start()
     reset_catalogs()

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from cli import main as cli
+from cli import context
 from core import datasets, engine, history, merge, reads
 from core.audit import list_events
 from core.auth import Role, add_member, create_user, get_user
@@ -69,9 +69,9 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
-    cli.state.json = False
+    context.state.json = False
 
 
 def _main() -> Path:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cli import main as cli
+from cli import context
 from core import audit, engine, maintenance, reads, sessions
 from core.auth import SYSTEM, Role, add_member, create_user, get_user
 from core.catalog import Catalog, ChangeRequestRow, open_catalog, reset_catalogs
@@ -60,7 +60,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
 
 

@@ -227,7 +227,8 @@ def test_expired_session_is_removed_and_the_owner_told(ctx: Ctx, monkeypatch: py
 
 
 def test_cli_edit_and_session_show(ctx: Ctx, capsys: pytest.CaptureFixture[str]) -> None:
-    from cli.main import main, state
+    from cli.context import state
+    from cli.main import main
 
     state.json = False
     args = ["--json", "edit", "demo", "people", "--as", "ed", "--set", "7", "name", "Grace", "--delete-row", "8"]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import update
 
-from cli import main as cli
+from cli import context
 from core import change_requests as crs
 from core import merge, reads, sessions
 from core.auth import Role, add_member, create_user, get_user
@@ -69,7 +69,7 @@ def pristine(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: 
 @pytest.fixture
 def catalog(pristine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     switch(fresh_copy(pristine, tmp_path), monkeypatch)
-    cli.state.json = False
+    context.state.json = False
     yield open_catalog()
 
 

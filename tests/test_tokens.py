@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
 from api.app import create_app
+from cli import context
 from cli import main as cli
 from core import auth, projects, tokens, web_sessions
 from core.audit import list_events
@@ -108,20 +109,20 @@ def test_creating_checks_the_user_project_role_and_who_asks(team: Catalog) -> No
 def test_cli_prints_the_token_once_as_one_json_document(
     team: Catalog, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cli.state.json = False
+    context.state.json = False
     assert cli.main(["--json", "token", "create", "--as", "ed", "--project", "demo", "--expires-days", "7"]) == 0
     created = json.loads(capsys.readouterr().out)
     assert {"token", "id", "user", "project", "role", "expires_at"} <= set(created)
     assert created["user"] == "ed" and created["project"] == "demo"
-    cli.state.json = False
+    context.state.json = False
     assert cli.main(["--json", "token", "list"]) == 0
     listed = capsys.readouterr().out
     assert created["id"] in listed and created["token"] not in listed
-    cli.state.json = False
+    context.state.json = False
     assert cli.main(["--json", "token", "list", "--as", "nobody"]) != 0  # not an empty list
     refused = capsys.readouterr()
     assert "nobody" in refused.err and refused.out == ""
-    cli.state.json = False
+    context.state.json = False
     assert cli.main(["token", "revoke", created["id"]]) == 0
     assert "revoked" in capsys.readouterr().out
     with pytest.raises(AuthenticationFailed):
@@ -198,7 +199,7 @@ def test_a_token_without_expiry_keeps_working(team: Catalog) -> None:
 def test_an_absurd_expiry_is_refused_in_words(team: Catalog, capsys: pytest.CaptureFixture[str], days: int) -> None:
     with pytest.raises(InvalidInput, match=rf"--expires-days must be at most 3650 \(ten years\), got {days}"):
         tokens.create_token(team, "ed", expires_days=days)
-    cli.state.json = False
+    context.state.json = False
     assert cli.main(["token", "create", "--as", "ed", "--expires-days", str(days)]) == 1
     err = capsys.readouterr().err
     assert err.splitlines() == [f"error: --expires-days must be at most 3650 (ten years), got {days}"]

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select, update
 from streamlit.testing.v1 import AppTest
 
+from cli import context
 from cli import main as cli
 from core import auth, web_sessions
 from core.audit import list_events
@@ -193,9 +194,9 @@ def test_sessions_long_over_are_deleted_at_the_next_sign_in(catalog: Catalog, al
 
 def _oreo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
-    cli.state.json = False
+    context.state.json = False
     code = cli.main(list(args))
-    cli.state.json = False
+    context.state.json = False
     out, err = capsys.readouterr()
     return code, out, err
 

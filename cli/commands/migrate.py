@@ -3,19 +3,18 @@
 Each command prints the parity report (one JSON document with ``--json``). Exit codes:
 0 when both sides match, 3 when the migration finished but the report shows a mismatch
 (so cron notices), 1 when it was refused or failed (nothing is created then).
-
-``cli.main`` registers this sub-app, so its helpers are imported inside the commands.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-if TYPE_CHECKING:
-    from core.migrate import ParityReport
+from cli.context import AsUser, acting_user, command_catalog, emit, progress_to_stderr
+from core import migrate
+from core.migrate import ParityReport
 
 MISMATCH_EXIT_CODE = 3
 
@@ -23,7 +22,7 @@ MISMATCH_EXIT_CODE = 3
 class ParityMismatch(typer.TyperException):
     """Ends a migration whose report shows a mismatch with exit code 3, after the report.
 
-    ``cli.main.main`` returns a ``TyperException``'s exit code after calling its ``show``,
+    ``cli.context.run_command`` returns a ``TyperException``'s exit code after calling its ``show``,
     whereas a ``typer.Exit`` raised in a command would be swallowed as exit code 0.
     """
 
@@ -39,7 +38,6 @@ migrate_app = typer.Typer(
 
 Key = Annotated[str | None, typer.Option("--key", help="Column whose values become row_id.")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Read the source and report; create nothing.")]
-AsUser = Annotated[str | None, typer.Option("--as", help="Act as this user (default: the local operator).")]
 
 
 @migrate_app.command("postgres")
@@ -53,10 +51,7 @@ def migrate_postgres_cmd(
     as_user: AsUser = None,
 ) -> None:
     """Copy a PostgreSQL table into a new dataset and compare both sides."""
-    from cli.main import _actor, _catalog
-    from core import migrate
-
-    catalog = _catalog()
+    catalog = command_catalog()
     report = migrate.migrate_postgres(
         catalog,
         project_id,
@@ -65,7 +60,7 @@ def migrate_postgres_cmd(
         table=table,
         key=key,
         dry_run=dry_run,
-        actor=_actor(catalog, as_user),
+        actor=acting_user(catalog, as_user),
         progress=_progress,
     )
     _emit_report(report, source=f"PostgreSQL table {table}", target=f"{project_id}/{dataset_id}", dry_run=dry_run)
@@ -81,10 +76,7 @@ def migrate_parquet_cmd(
     as_user: AsUser = None,
 ) -> None:
     """Copy every Parquet file of a folder (one schema) into a new dataset and compare both sides."""
-    from cli.main import _actor, _catalog
-    from core import migrate
-
-    catalog = _catalog()
+    catalog = command_catalog()
     report = migrate.migrate_parquet(
         catalog,
         directory,
@@ -92,22 +84,19 @@ def migrate_parquet_cmd(
         dataset_id,
         key=key,
         dry_run=dry_run,
-        actor=_actor(catalog, as_user),
+        actor=acting_user(catalog, as_user),
         progress=_progress,
     )
     _emit_report(report, source=f"Parquet folder {directory}", target=f"{project_id}/{dataset_id}", dry_run=dry_run)
 
 
 def _progress(fraction: float, message: str) -> None:
-    from cli.main import _progress_to_stderr
-
-    _progress_to_stderr(message, fraction)
+    """core.migrate reports (fraction, message); the CLI's progress lines take them the other way round."""
+    progress_to_stderr(message, fraction)
 
 
 def _emit_report(report: ParityReport, *, source: str, target: str, dry_run: bool) -> None:
     """Print the report; leave with exit code 3 when the two sides differ."""
-    from cli.main import emit
-
     if dry_run:
         lines = [f"dry run: {source} would become {target} with {report.source_rows:,} rows; nothing was created"]
     else:

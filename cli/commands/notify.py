@@ -2,8 +2,7 @@
 
 ``oreo notify drain`` sends the deliveries that are due (for cron; the app server also
 drains in the background) and prints what was sent, what failed and will be retried, and
-what died. ``cli.main`` registers these sub-apps, so its helpers are imported inside the
-commands.
+what died.
 """
 
 from __future__ import annotations
@@ -13,10 +12,14 @@ from typing import Annotated
 
 import typer
 
+from cli import context
+from cli.context import AsUser, acting_user, command_catalog, emit
+from core import background, notify
+from core.errors import InvalidInput
+
 webhook_app = typer.Typer(no_args_is_help=True, help="A project's webhooks: signed JSON POSTs of its review events.")
 notify_app = typer.Typer(no_args_is_help=True, help="Notifications: send what the outbox holds.")
 
-AsUser = Annotated[str | None, typer.Option("--as", help="Act as this user (default: the local operator).")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
@@ -33,26 +36,19 @@ def webhook_add(
 
     Hosts that are not public (loopback, private, link-local...) need OREO_WEBHOOK_ALLOWED_HOSTS.
     """
-    from cli.main import _actor, _catalog, emit
-    from core import notify
-    from core.errors import InvalidInput
-
     if not secret_stdin:
         raise InvalidInput("pass the webhook's signing secret on standard input with --secret-stdin", field="secret")
     secret = sys.stdin.readline().rstrip("\r\n")
-    catalog = _catalog()
-    hook = notify.add_webhook(catalog, project_id, url, secret, actor=_actor(catalog, as_user))
+    catalog = command_catalog()
+    hook = notify.add_webhook(catalog, project_id, url, secret, actor=acting_user(catalog, as_user))
     emit(hook.to_json(), hook.id)
 
 
 @webhook_app.command("list")
 def webhook_list(project_id: str, as_user: AsUser = None) -> None:
     """A project's webhooks with their state and last error (never their secrets)."""
-    from cli.main import _actor, _catalog, emit
-    from core import notify
-
-    catalog = _catalog()
-    hooks = notify.list_webhooks(catalog, project_id, actor=_actor(catalog, as_user))
+    catalog = command_catalog()
+    hooks = notify.list_webhooks(catalog, project_id, actor=acting_user(catalog, as_user))
     lines = []
     for hook in hooks:
         state = "FAILING" if hook.failing else "ok"
@@ -66,11 +62,8 @@ def webhook_list(project_id: str, as_user: AsUser = None) -> None:
 @webhook_app.command("remove")
 def webhook_remove(project_id: str, webhook_id: str, as_user: AsUser = None) -> None:
     """Remove a webhook (project admins); its undelivered events are dropped."""
-    from cli.main import _actor, _catalog, emit
-    from core import notify
-
-    catalog = _catalog()
-    hook = notify.remove_webhook(catalog, project_id, webhook_id, actor=_actor(catalog, as_user))
+    catalog = command_catalog()
+    hook = notify.remove_webhook(catalog, project_id, webhook_id, actor=acting_user(catalog, as_user))
     emit({"removed": hook.id, "project": project_id}, f"removed {hook.id}")
 
 
@@ -80,13 +73,9 @@ def notify_drain(
     json_output: JsonFlag = False,
 ) -> None:
     """Send the notifications that are due, retrying failed ones on their backoff schedule."""
-    from cli.main import _catalog, emit, state
-    from core import notify
-
-    state.json = state.json or json_output
-    catalog = _catalog()
-    notify.sweep_stale(catalog)  # requests main moved under that now conflict: their "stale" notices first
-    report = notify.drain(catalog, limit=limit)
+    context.state.json = context.state.json or json_output
+    catalog = command_catalog()
+    report = background.one_round(catalog, limit=limit)  # "stale" notices first, then the outbox
     lines = [f"sent {d.channel} {d.event} {d.cr_id or ''} -> {d.target}" for d in report.sent]
     lines += [
         f"failed {d.channel} {d.event} {d.cr_id or ''} -> {d.target} (attempt {d.attempts}, "

@@ -1,0 +1,117 @@
+"""What every command family of the ``oreo`` CLI shares: the ``--json`` state, output, the acting user, errors.
+
+The lowest module of ``cli/``: the families in ``cli/commands/`` import it, it imports none of them,
+and ``cli/main.py`` composes them. ``run_command`` is the one place a command's failure becomes an
+exit code and one ``error: ...`` line on stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from core import auth, sessions
+from core.catalog import Catalog, open_catalog
+from core.documents import dumps
+from core.errors import AuthenticationFailed, EngineError, InvalidInput, OreoError
+
+_logger = logging.getLogger("oreo.cli")
+
+
+@dataclass
+class _State:
+    json: bool = False
+
+
+# Set by the root app's ``--json`` (and ``notify drain --json``) before a command runs.
+state = _State()
+
+AsUser = Annotated[str | None, typer.Option("--as", help="Act as this user (default: the local operator).")]
+
+
+def emit(document: dict[str, Any], human: str | None = None) -> None:
+    """Print ``document`` as JSON with --json, else ``human`` (or an indented rendering)."""
+    if state.json:
+        sys.stdout.write(dumps(document) + "\n")
+    else:
+        sys.stdout.write((human if human is not None else dumps(document, indent=2)) + "\n")
+
+
+def progress_to_stderr(message: str, fraction: float) -> None:
+    """Progress lines go to stderr, so ``--json`` output stays one document."""
+    if not state.json:
+        sys.stderr.write(f"[{fraction:4.0%}] {message}\n")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters (CR, LF, ESC, ...) written as escapes, as the title's repr shows them.
+
+    A comment or value could otherwise break a line or send terminal escape sequences.
+    """
+    return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
+
+
+def command_catalog() -> Catalog:
+    """The catalog a command works on (the configured one)."""
+    return open_catalog()
+
+
+def acting_user(catalog: Catalog, username: str | None) -> auth.User:
+    """The user ``--as`` names (refused if disabled), or the local operator without ``--as``."""
+    if username is None:
+        return auth.SYSTEM
+    user = auth.get_user(catalog, username)
+    if user.disabled:
+        raise AuthenticationFailed(f"cannot act as {username!r}: {auth.DISABLED_MESSAGE}")
+    return user
+
+
+def check_session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
+    """Refuse a session that belongs to another dataset than the one named."""
+    info = sessions.get_session(catalog, session_id, actor=actor)
+    if (info.project_id, info.dataset_id) != (project_id, dataset_id):
+        raise InvalidInput(
+            f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}"
+        )
+
+
+def run_command(app: typer.Typer, argv: list[str] | None, log: Path) -> int:
+    """Run one command of ``app``; its exit code, with any failure as one ``error:`` line (details in ``log``)."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="oreo", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        sys.stderr.write("error: aborted\n")
+        return 1
+    except typer.TyperException as exc:  # usage errors: unknown command, bad option...
+        exc.show()
+        return int(getattr(exc, "exit_code", 2) or 2)
+    except OreoError as exc:
+        sys.stderr.write(f"error: {_oreo_error_line(exc, log)}\n")
+        return 1
+    except Exception as exc:  # a bug or an untranslated library error: still one line, the rest logged
+        _logger.error("the command failed", exc_info=exc)
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else ""
+        sys.stderr.write(f"error: unexpected {type(exc).__name__}: {first} (details in {log})\n")
+        return 1
+    return 0
+
+
+def _oreo_error_line(exc: OreoError, log: Path) -> str:
+    """The message of a refused command; an engine failure's is logged in full and shortened to its first line."""
+    message = str(exc)
+    if isinstance(exc, EngineError) or "\n" in message:
+        # Not the arguments: a --dsn may carry a password.
+        _logger.error("the command failed", exc_info=exc)
+        message = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+        if "details in " not in message:
+            message += f" (details in {log})"
+    return message

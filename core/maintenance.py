@@ -595,6 +595,223 @@ def _write_report(folder: Location, run_id: str, report: dict[str, Any]) -> Loca
     return path
 
 
+@dataclass
+class _MaintenanceState:
+    """What one ``maintain`` run knows and has done so far, shared by its steps."""
+
+    layout: DatasetLayout
+    actor: User
+    main: Location
+    planned: list[str]
+    report_progress: Progress
+    run_id: str
+    started: datetime
+    before: TableStats
+    version_before: int
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_commit: engine.CommitInfo | None = None
+
+    @property
+    def project_id(self) -> str:
+        return self.layout.project_id
+
+    @property
+    def dataset_id(self) -> str:
+        return self.layout.dataset_id
+
+    @property
+    def target(self) -> str:
+        return f"{self.project_id}/{self.dataset_id}"
+
+    def starting(self, message: str, name: str) -> None:
+        self.report_progress(message, self.planned.index(name) / (len(self.planned) + 1))
+
+    def done(self, label: str, name: str) -> None:
+        self.report_progress(f"{label} done", (self.planned.index(name) + 1) / (len(self.planned) + 1))
+
+    def committed(self, commit: engine.CommitInfo, start: int) -> int:
+        """The newest version now; ``commit`` is the last one made when it added a version."""
+        end = engine.latest_version(self.main)
+        if end > start:
+            self.last_commit = commit
+        return end
+
+
+def _check_maintenance(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    *,
+    actor: User,
+    optimize: bool,
+    zorder: list[str] | None,
+    vacuum: bool,
+    retain_hours: float | None,
+    force: bool,
+    force_hint: str,
+    checkpoint: bool,
+) -> tuple[Location, list[str], float]:
+    """The ``main`` folder, the checked zorder columns and the VACUUM retention, or why not."""
+    require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
+    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
+    main = location(info.path)
+    if not (optimize or vacuum or checkpoint):
+        raise InvalidInput(
+            "nothing to do: choose at least one step (optimize, zorder, vacuum or checkpoint)", field="steps"
+        )
+    if not vacuum and (retain_hours is not None or force):
+        raise InvalidInput("a retention and force apply only to vacuum", field="retain_hours")
+    zorder_columns = _check_zorder(main, info.version, list(zorder or [])) if optimize and zorder else []
+    hours = _check_retain(retain_hours) if vacuum else 0.0
+    if vacuum and hours < vacuum_horizon_hours() and not force:
+        message = _short_retention_message(project_id, dataset_id, main, hours, force_hint)
+        raise InvalidInput(message, field="retain_hours")
+    return main, zorder_columns, hours
+
+
+def _retention_step(run: _MaintenanceState) -> None:
+    """Raise the retention properties to the restore window where they are lower."""
+    run.starting("checking retention properties", "retention")
+    changes = _retention_changes(run.main)
+    if changes:
+        commit = engine.new_commit(run.actor.username, "set_retention", run_id=run.run_id)
+        with _spark_step("setting the retention properties", run.target):
+            _set_retention(run.main, changes, commit)
+        run.last_commit = commit
+    run.steps["retention"] = {"changed": changes, "window_days": get_settings().restore_window_days}
+    run.done("retention", "retention")
+
+
+def _optimize_step(run: _MaintenanceState, zorder_columns: list[str]) -> None:
+    """OPTIMIZE ``main`` (ZORDER BY ``zorder_columns`` when there are some)."""
+    run.starting("OPTIMIZE" + (f" ZORDER BY {', '.join(zorder_columns)}" if zorder_columns else ""), "optimize")
+    start, first = engine.latest_version(run.main), _stats(run.main)
+    commit = engine.new_commit(run.actor.username, "optimize", run_id=run.run_id, zorder=zorder_columns)
+    with oreo_metrics.timed_operation("optimize"), _spark_step("OPTIMIZE", run.target):
+        metrics = _optimize(run.main, zorder_columns, commit)
+    end = run.committed(commit, start)
+    run.steps["optimize"] = {
+        "zorder": zorder_columns,
+        **metrics,
+        "before": _size_doc(first),
+        "after": _size_doc(_stats(run.main)),
+        "versions": list(range(start + 1, end + 1)),
+    }
+    run.done("OPTIMIZE", "optimize")
+
+
+def _vacuum_step(run: _MaintenanceState, hours: float, force: bool) -> None:
+    """VACUUM ``main`` retaining ``hours``, counting the files it deleted from disk."""
+    main = run.main
+    run.starting(f"VACUUM retaining {_hours_text(hours)}", "vacuum")
+    start, first, on_disk = engine.latest_version(main), _stats(main), _data_files_on_disk(main)
+    at_risk = _unrestorable(main, hours) if hours < vacuum_horizon_hours() else None
+    table_hours = _retention_hours(
+        dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
+    )
+    commit = engine.new_commit(run.actor.username, "vacuum", run_id=run.run_id, retain_hours=hours)
+    with oreo_metrics.timed_operation("vacuum"), _spark_step("VACUUM", run.target):
+        deletable = len(_vacuum(main, hours, table_hours is None or hours < table_hours, commit))
+    end = run.committed(commit, start)
+    run.steps["vacuum"] = {
+        "retain_hours": hours,
+        "forced": bool(force and hours < vacuum_horizon_hours()),
+        "files_deleted": on_disk - _data_files_on_disk(main),
+        "files_deletable": deletable,
+        "unrestorable_versions": [at_risk[0], at_risk[1]] if at_risk else [],
+        "before": {**_size_doc(first), "files_on_disk": on_disk},
+        "after": {**_size_doc(_stats(main)), "files_on_disk": _data_files_on_disk(main)},
+        "versions": list(range(start + 1, end + 1)),
+    }
+    run.done("VACUUM", "vacuum")
+
+
+def _checkpoint_step(run: _MaintenanceState) -> None:
+    """Write a log checkpoint unless the last one is current, and check that its file is there."""
+    main = run.main
+    run.starting("writing a checkpoint", "checkpoint")
+    start = engine.latest_version(main)
+    if _checkpoint_is_current(main):
+        run.steps["checkpoint"] = {"version": _last_checkpoint(main), "written": False, "versions": []}
+    else:
+        commit = engine.new_commit(run.actor.username, CHECKPOINT_ACTION, run_id=run.run_id)
+        with _spark_step("checkpoint", run.target):
+            _checkpoint(main, commit)
+        end = run.committed(commit, start)
+        written = _last_checkpoint(main)
+        if (
+            written is None
+            or written <= start
+            or not any((main / "_delta_log").glob(f"{written:020d}.checkpoint*.parquet"))
+        ):
+            raise EngineError(f"checkpoint of {run.target} wrote no checkpoint file")
+        run.steps["checkpoint"] = {"version": written, "written": True, "versions": list(range(start + 1, end + 1))}
+    run.done("checkpoint", "checkpoint")
+
+
+def _sync_after_maintenance(
+    catalog: Catalog, run: _MaintenanceState, version_after: int, error: str | None
+) -> str | None:
+    """Sync the catalog to the newest version when a step committed; the run's error, or the sync's."""
+    if run.last_commit is not None and version_after > run.version_before:
+        try:
+            sync_dataset(catalog, run.project_id, run.dataset_id, run.last_commit, version=version_after)
+        except OreoError as exc:
+            error = error or f"catalog sync failed: {exc}"
+    return error
+
+
+def _maintenance_report(run: _MaintenanceState, version_after: int, error: str | None) -> dict[str, Any]:
+    steps = run.steps
+    did_something = (
+        bool(steps.get("retention", {}).get("changed"))
+        or bool(steps.get("optimize", {}).get("files_removed"))
+        or bool(steps.get("vacuum", {}).get("files_deleted"))
+        or bool(steps.get("checkpoint", {}).get("written"))
+    )
+    return {
+        "run_id": run.run_id,
+        "kind": "maintenance",
+        "project": run.project_id,
+        "dataset": run.dataset_id,
+        "actor": run.actor.username,
+        "started_at": run.started.isoformat(),
+        "finished_at": _now().isoformat(),
+        "steps": steps,
+        "before": run.before.to_json(),
+        "after": _stats(run.main).to_json(),
+        "version_before": run.version_before,
+        "version_after": version_after,
+        "versions_created": list(range(run.version_before + 1, version_after + 1)),
+        # A step that committed a version did something, whatever it changed (no report says both).
+        "nothing_to_do": error is None and not did_something and version_after == run.version_before,
+        "error": error,
+    }
+
+
+def _finish_maintenance(catalog: Catalog, run: _MaintenanceState, error: str | None) -> dict[str, Any]:
+    """Sync the catalog, write the report and record the ``MaintenanceRun`` event, whatever happened."""
+    version_after = engine.latest_version(run.main)
+    error = _sync_after_maintenance(catalog, run, version_after, error)
+    report = _maintenance_report(run, version_after, error)
+    path = _write_report(run.layout.maintenance_reports(), run.run_id, report)
+    with catalog.session() as s:
+        audit.record(
+            s,
+            MaintenanceRun(
+                actor=run.actor.username,
+                project_id=run.project_id,
+                dataset_id=run.dataset_id,
+                run_id=run.run_id,
+                steps=list(run.steps),
+                versions_created=report["versions_created"],
+                report=str(path),
+                error=error,
+            ),
+        )
+    return report
+
+
 def maintain(
     catalog: Catalog,
     project_id: str,
@@ -638,163 +855,31 @@ def maintain(
     """
     report_progress = progress or (lambda message, fraction: None)
     layout = layout_for(project_id, dataset_id)
-    target = f"{project_id}/{dataset_id}"
-    require_role(catalog, actor, project_id, Role.ADMIN, action="maintain tables")
-    info = get_dataset(catalog, project_id, dataset_id, actor=actor)
-    main = location(info.path)
     optimize = optimize or bool(zorder)
-    if not (optimize or vacuum or checkpoint):
-        raise InvalidInput(
-            "nothing to do: choose at least one step (optimize, zorder, vacuum or checkpoint)", field="steps"
-        )
-    if not vacuum and (retain_hours is not None or force):
-        raise InvalidInput("a retention and force apply only to vacuum", field="retain_hours")
-    zorder_columns = _check_zorder(main, info.version, list(zorder or [])) if optimize and zorder else []
-    hours = _check_retain(retain_hours) if vacuum else 0.0
-    if vacuum and hours < vacuum_horizon_hours() and not force:
-        message = _short_retention_message(project_id, dataset_id, main, hours, force_hint)
-        raise InvalidInput(message, field="retain_hours")
-
-    run_id = new_id("mnt")
-    started = _now()
-    before = _stats(main)
-    version_before = engine.latest_version(main)
-    steps: dict[str, dict[str, Any]] = {}
+    main, zorder_columns, hours = _check_maintenance(
+        catalog, project_id, dataset_id, actor=actor, optimize=optimize, zorder=zorder, vacuum=vacuum,
+        retain_hours=retain_hours, force=force, force_hint=force_hint, checkpoint=checkpoint,
+    )  # fmt: skip
     asked = (("optimize", optimize), ("vacuum", vacuum), ("checkpoint", checkpoint))
     planned = ["retention"] + [name for name, on in asked if on]
-    last_commit: engine.CommitInfo | None = None
+    run = _MaintenanceState(
+        layout, actor, main, planned, report_progress,
+        run_id=new_id("mnt"), started=_now(), before=_stats(main), version_before=engine.latest_version(main),
+    )  # fmt: skip
     error: str | None = None
-
-    def step_done(name: str, index: int) -> None:
-        report_progress(f"{name} done", (index + 1) / (len(planned) + 1))
-
     try:
-        report_progress("checking retention properties", 0.0)
-        changes = _retention_changes(main)
-        if changes:
-            commit = engine.new_commit(actor.username, "set_retention", run_id=run_id)
-            with _spark_step("setting the retention properties", target):
-                _set_retention(main, changes, commit)
-            last_commit = commit
-        steps["retention"] = {"changed": changes, "window_days": get_settings().restore_window_days}
-        step_done("retention", 0)
-
+        _retention_step(run)
         if optimize:
-            report_progress(
-                "OPTIMIZE" + (f" ZORDER BY {', '.join(zorder_columns)}" if zorder_columns else ""),
-                planned.index("optimize") / (len(planned) + 1),
-            )
-            start, first = engine.latest_version(main), _stats(main)
-            commit = engine.new_commit(actor.username, "optimize", run_id=run_id, zorder=zorder_columns)
-            with oreo_metrics.timed_operation("optimize"), _spark_step("OPTIMIZE", target):
-                metrics = _optimize(main, zorder_columns, commit)
-            end = engine.latest_version(main)
-            if end > start:
-                last_commit = commit
-            steps["optimize"] = {
-                "zorder": zorder_columns,
-                **metrics,
-                "before": _size_doc(first),
-                "after": _size_doc(_stats(main)),
-                "versions": list(range(start + 1, end + 1)),
-            }
-            step_done("OPTIMIZE", planned.index("optimize"))
-
+            _optimize_step(run, zorder_columns)
         if vacuum:
-            report_progress(f"VACUUM retaining {_hours_text(hours)}", planned.index("vacuum") / (len(planned) + 1))
-            start, first, on_disk = engine.latest_version(main), _stats(main), _data_files_on_disk(main)
-            at_risk = _unrestorable(main, hours) if hours < vacuum_horizon_hours() else None
-            table_hours = _retention_hours(
-                dict(_delta_table(main).metadata().configuration).get(DELETED_FILE_RETENTION), DELETED_FILE_RETENTION
-            )
-            commit = engine.new_commit(actor.username, "vacuum", run_id=run_id, retain_hours=hours)
-            with oreo_metrics.timed_operation("vacuum"), _spark_step("VACUUM", target):
-                deletable = len(_vacuum(main, hours, table_hours is None or hours < table_hours, commit))
-            end = engine.latest_version(main)
-            if end > start:
-                last_commit = commit
-            steps["vacuum"] = {
-                "retain_hours": hours,
-                "forced": bool(force and hours < vacuum_horizon_hours()),
-                "files_deleted": on_disk - _data_files_on_disk(main),
-                "files_deletable": deletable,
-                "unrestorable_versions": [at_risk[0], at_risk[1]] if at_risk else [],
-                "before": {**_size_doc(first), "files_on_disk": on_disk},
-                "after": {**_size_doc(_stats(main)), "files_on_disk": _data_files_on_disk(main)},
-                "versions": list(range(start + 1, end + 1)),
-            }
-            step_done("VACUUM", planned.index("vacuum"))
-
+            _vacuum_step(run, hours, force)
         if checkpoint:
-            report_progress("writing a checkpoint", planned.index("checkpoint") / (len(planned) + 1))
-            start = engine.latest_version(main)
-            if _checkpoint_is_current(main):
-                steps["checkpoint"] = {"version": _last_checkpoint(main), "written": False, "versions": []}
-            else:
-                commit = engine.new_commit(actor.username, CHECKPOINT_ACTION, run_id=run_id)
-                with _spark_step("checkpoint", target):
-                    _checkpoint(main, commit)
-                end = engine.latest_version(main)
-                if end > start:
-                    last_commit = commit
-                written = _last_checkpoint(main)
-                if (
-                    written is None
-                    or written <= start
-                    or not any((main / "_delta_log").glob(f"{written:020d}.checkpoint*.parquet"))
-                ):
-                    raise EngineError(f"checkpoint of {target} wrote no checkpoint file")
-                steps["checkpoint"] = {"version": written, "written": True, "versions": list(range(start + 1, end + 1))}
-            step_done("checkpoint", planned.index("checkpoint"))
+            _checkpoint_step(run)
     except OreoError as exc:
         error = str(exc)
         raise
     finally:
-        version_after = engine.latest_version(main)
-        if last_commit is not None and version_after > version_before:
-            try:
-                sync_dataset(catalog, project_id, dataset_id, last_commit, version=version_after)
-            except OreoError as exc:
-                error = error or f"catalog sync failed: {exc}"
-        did_something = (
-            bool(steps.get("retention", {}).get("changed"))
-            or bool(steps.get("optimize", {}).get("files_removed"))
-            or bool(steps.get("vacuum", {}).get("files_deleted"))
-            or bool(steps.get("checkpoint", {}).get("written"))
-        )
-        report: dict[str, Any] = {
-            "run_id": run_id,
-            "kind": "maintenance",
-            "project": project_id,
-            "dataset": dataset_id,
-            "actor": actor.username,
-            "started_at": started.isoformat(),
-            "finished_at": _now().isoformat(),
-            "steps": steps,
-            "before": before.to_json(),
-            "after": _stats(main).to_json(),
-            "version_before": version_before,
-            "version_after": version_after,
-            "versions_created": list(range(version_before + 1, version_after + 1)),
-            # A step that committed a version did something, whatever it changed (no report says both).
-            "nothing_to_do": error is None and not did_something and version_after == version_before,
-            "error": error,
-        }
-        path = _write_report(layout.maintenance_reports(), run_id, report)
-        with catalog.session() as s:
-            audit.record(
-                s,
-                MaintenanceRun(
-                    actor=actor.username,
-                    project_id=project_id,
-                    dataset_id=dataset_id,
-                    run_id=run_id,
-                    steps=list(steps),
-                    versions_created=report["versions_created"],
-                    report=str(path),
-                    error=error,
-                ),
-            )
+        report = _finish_maintenance(catalog, run, error)
     report_progress("nothing to do" if report["nothing_to_do"] else "done", 1.0)
     return report
 
@@ -930,6 +1015,99 @@ def _cleanup_scope(catalog: Catalog, actor: User) -> list[DatasetRow]:
     return [r for r in rows if admin_of is None or r.project_id in admin_of]
 
 
+def _requests_in_review(catalog: Catalog) -> tuple[dict[str, str], set[str]]:
+    """The state of every change request, and the uploads of those in review."""
+    with catalog.session() as s:
+        requests = list(s.scalars(select(ChangeRequestRow)))
+        cr_states = {r.id: r.state for r in requests}
+        in_review = {r.upload_id for r in requests if r.upload_id and r.state in _IN_REVIEW}
+    return cr_states, in_review
+
+
+def _find_removals(
+    catalog: Catalog,
+    scope: list[DatasetRow],
+    now: datetime,
+    session_ttl: timedelta,
+    import_ttl: timedelta,
+    report_progress: Progress,
+) -> list[_Removal]:
+    """Expired sessions, leftover staging tables and orphan imports of each dataset in ``scope``."""
+    cr_states, in_review = _requests_in_review(catalog)
+    removals: list[_Removal] = []
+    for i, row in enumerate(scope):
+        report_progress(f"checking {row.project_id}/{row.dataset_id}", i / (len(scope) + 1))
+        layout = layout_for(row.project_id, row.dataset_id)
+        removals += _expired_sessions(layout, cr_states, now, session_ttl, import_ttl)
+        removals += _leftover_staging(layout, cr_states, now, import_ttl)
+        removals += _orphan_imports(layout, row.created_at, now, import_ttl, in_review)
+    return removals
+
+
+def _remove(catalog: Catalog, removals: list[_Removal], *, actor: User) -> list[_Removal]:
+    """Delete each folder (a session through ``discard_session``); the removals that were done."""
+    kept: list[Any] = []
+    for item in removals:
+        if item.kind == "session" and (item.path / "metadata.json").is_file():
+            try:
+                sessions.discard_session(catalog, item.ident, actor=actor, reason=item.reason)
+            except NotFound:  # discarded meanwhile
+                pass
+            except ConflictError:  # submitted or reopened meanwhile: it is a request's now
+                kept.append(item)
+        else:
+            remove_tree(item.path)
+    return [item for item in removals if item not in kept]
+
+
+def _cleanup_report(
+    run_id: str,
+    actor: User,
+    dry_run: bool,
+    started: datetime,
+    ttls: tuple[timedelta, timedelta],
+    scope: list[DatasetRow],
+    removals: list[_Removal],
+) -> dict[str, Any]:
+    session_ttl, import_ttl = ttls
+
+    def labels(kind: str) -> list[str]:
+        return [r.label for r in removals if r.kind == kind]
+
+    return {
+        "run_id": run_id,
+        "kind": "cleanup",
+        "actor": actor.username,
+        "dry_run": dry_run,
+        "started_at": started.isoformat(),
+        "finished_at": _now().isoformat(),
+        "session_ttl_hours": session_ttl.total_seconds() / 3600,
+        "import_ttl_hours": import_ttl.total_seconds() / 3600,
+        "datasets_checked": [f"{r.project_id}/{r.dataset_id}" for r in scope],
+        "sessions_removed": labels("session"),
+        "staging_removed": labels("staging"),
+        "imports_removed": labels("import"),
+        "details": [{"kind": r.kind, "path": r.label, "reason": r.reason} for r in removals],
+        "nothing_to_do": not removals,
+    }
+
+
+def _record_cleanup(catalog: Catalog, report: dict[str, Any], path: Location, *, actor: User) -> None:
+    with catalog.session() as s:
+        audit.record(
+            s,
+            CleanupRun(
+                actor=actor.username,
+                run_id=report["run_id"],
+                dry_run=report["dry_run"],
+                sessions_removed=len(report["sessions_removed"]),
+                staging_removed=len(report["staging_removed"]),
+                imports_removed=len(report["imports_removed"]),
+                report=str(path),
+            ),
+        )
+
+
 def cleanup(
     catalog: Catalog,
     *,
@@ -965,66 +1143,12 @@ def cleanup(
     import_ttl = timedelta(hours=ttl if ttl is not None else settings.import_ttl_hours)
     run_id = new_id("cln")
     started = now = _now()
-    with catalog.session() as s:
-        requests = list(s.scalars(select(ChangeRequestRow)))
-        cr_states = {r.id: r.state for r in requests}
-        in_review = {r.upload_id for r in requests if r.upload_id and r.state in _IN_REVIEW}
-
-    removals: list[_Removal] = []
-    for i, row in enumerate(scope):
-        report_progress(f"checking {row.project_id}/{row.dataset_id}", i / (len(scope) + 1))
-        layout = layout_for(row.project_id, row.dataset_id)
-        removals += _expired_sessions(layout, cr_states, now, session_ttl, import_ttl)
-        removals += _leftover_staging(layout, cr_states, now, import_ttl)
-        removals += _orphan_imports(layout, row.created_at, now, import_ttl, in_review)
-
+    removals = _find_removals(catalog, scope, now, session_ttl, import_ttl, report_progress)
     if not dry_run:
         report_progress(f"removing {len(removals)} folder(s)", len(scope) / (len(scope) + 1))
-        kept: list[Any] = []
-        for item in removals:
-            if item.kind == "session" and (item.path / "metadata.json").is_file():
-                try:
-                    sessions.discard_session(catalog, item.ident, actor=actor, reason=item.reason)
-                except NotFound:  # discarded meanwhile
-                    pass
-                except ConflictError:  # submitted or reopened meanwhile: it is a request's now
-                    kept.append(item)
-            else:
-                remove_tree(item.path)
-        removals = [item for item in removals if item not in kept]
-
-    def labels(kind: str) -> list[str]:
-        return [r.label for r in removals if r.kind == kind]
-
-    report: dict[str, Any] = {
-        "run_id": run_id,
-        "kind": "cleanup",
-        "actor": actor.username,
-        "dry_run": dry_run,
-        "started_at": started.isoformat(),
-        "finished_at": _now().isoformat(),
-        "session_ttl_hours": session_ttl.total_seconds() / 3600,
-        "import_ttl_hours": import_ttl.total_seconds() / 3600,
-        "datasets_checked": [f"{r.project_id}/{r.dataset_id}" for r in scope],
-        "sessions_removed": labels("session"),
-        "staging_removed": labels("staging"),
-        "imports_removed": labels("import"),
-        "details": [{"kind": r.kind, "path": r.label, "reason": r.reason} for r in removals],
-        "nothing_to_do": not removals,
-    }
+        removals = _remove(catalog, removals, actor=actor)
+    report = _cleanup_report(run_id, actor, dry_run, started, (session_ttl, import_ttl), scope, removals)
     path = _write_report(settings.data_root / "audit" / "cleanup", run_id, report)
-    with catalog.session() as s:
-        audit.record(
-            s,
-            CleanupRun(
-                actor=actor.username,
-                run_id=run_id,
-                dry_run=dry_run,
-                sessions_removed=len(report["sessions_removed"]),
-                staging_removed=len(report["staging_removed"]),
-                imports_removed=len(report["imports_removed"]),
-                report=str(path),
-            ),
-        )
+    _record_cleanup(catalog, report, path, actor=actor)
     report_progress("nothing to do" if not removals else ("dry run done" if dry_run else "done"), 1.0)
     return report

@@ -223,72 +223,103 @@ def staged_diff(
         EngineError: DuckDB could not read the tables.
     """
     reads.check_page(limit, offset)
-    q, lit = reads.quote_ident, reads.quote_literal
     try:
-        kinds = {
-            str(op): [str(c) for c in changed if c is not None]
-            for op, changed in reads.cursor()
-            .execute(
-                "SELECT _op, list(DISTINCT c) FROM (SELECT _op, unnest(list_append(coalesce(_changed, []), NULL)) "
-                "AS c FROM delta_scan(?)) GROUP BY _op",
-                [staging],
-            )
-            .fetchall()
-        }
+        kinds = _staged_kinds(staging)
+        selects, params = _staged_selects(main, version, staging, columns, present, kinds)
+        if not selects:
+            return DiffPage(changes=[], total=0)
+        rows = _staged_page(" UNION ALL ".join(selects), params, limit, offset)
+    except Exception as exc:  # duckdb.Error and its many subclasses
+        raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
+    return DiffPage(changes=[_change(r) for r in rows if r[0] is not None], total=int(rows[0][5]))
+
+
+def _staged_kinds(staging: str) -> dict[str, list[str]]:
+    """Each ``_op`` the staging table holds, with the columns its rows' ``_changed`` lists name."""
+    return {
+        str(op): [str(c) for c in changed if c is not None]
+        for op, changed in reads.cursor()
+        .execute(
+            "SELECT _op, list(DISTINCT c) FROM (SELECT _op, unnest(list_append(coalesce(_changed, []), NULL)) "
+            "AS c FROM delta_scan(?)) GROUP BY _op",
+            [staging],
+        )
+        .fetchall()
+    }
+
+
+# A staged table is read once per use, so each use reads only the columns it needs.
+_STAGED = "delta_scan(?)"
+_MAIN_SCAN = "delta_scan(?, version => ?)"
+
+
+def _json_row(alias: str, columns: list[str]) -> str:
+    """SQL of the row ``alias`` as a JSON text of ``columns``."""
+    q, lit = reads.quote_ident, reads.quote_literal
+    return "CAST(json_object(" + ", ".join(f"{lit(c)}, {alias}.{q(c)}" for c in columns) + ") AS VARCHAR)"
+
+
+def _staged_selects(
+    main: str, version: int, staging: str, columns: list[str], present: set[str], kinds: dict[str, list[str]]
+) -> tuple[list[str], list[Any]]:
+    """One SELECT of diff entries per kind of staged row, and their parameters in order."""
+    selects: list[str] = []
+    params: list[Any] = []
+    if "update" in kinds:
         data = [c for c in columns if c != "row_id"]
         changed = set(kinds.get("update", []))
         compared = [c for c in data if c in changed or c not in present]
-        staged = "delta_scan(?)"  # read once per use, so each use reads only the columns it needs
-        main_scan = "delta_scan(?, version => ?)"
-        new_row = "CAST(json_object(" + ", ".join(f"{lit(c)}, s.{q(c)}" for c in columns) + ") AS VARCHAR)"
-        old_row = "CAST(json_object(" + ", ".join(f"{lit(c)}, b.{q(c)}" for c in columns) + ") AS VARCHAR)"
-        selects: list[str] = []
-        params: list[Any] = []
-        if "update" in kinds:
-            # One pass: a staged update yields its differing cells, or an insert when main lacks its row.
-            cells = ", ".join(
-                f"{{'k': 'update', 'c': {lit(c)}, 'o': CAST(b.{q(c)} AS VARCHAR), 'n': CAST(s.{q(c)} AS VARCHAR)}}"
-                for c in compared
-            )
-            inserted = f"[{{'k': 'insert', 'c': NULL, 'o': NULL, 'n': {new_row}}}]"
-            kept = "".join(", " + (q(c) if c in present else f"NULL AS {q(c)}") for c in compared)
-            selects.append(f"""
+        selects.append(_updates_select(columns, compared, present))
+        params += [staging, main, int(version), staging]
+    if "insert" in kinds:
+        selects.append(
+            f"SELECT row_id, 'insert' AS change, NULL AS col, NULL AS old, {_json_row('s', columns)} AS new "
+            f"FROM {_STAGED} s WHERE _op = 'insert'"
+        )
+        params += [staging]
+    if "delete" in kinds:
+        selects.append(
+            f"SELECT row_id, 'delete' AS change, NULL AS col, {_json_row('b', columns)} AS old, NULL AS new FROM "
+            f"(SELECT {select_list(columns, present)} FROM {_MAIN_SCAN} "
+            f"WHERE row_id IN (SELECT row_id FROM {_STAGED} WHERE _op = 'delete')) b"
+        )
+        params += [main, int(version), staging]
+    return selects, params
+
+
+def _updates_select(columns: list[str], compared: list[str], present: set[str]) -> str:
+    """The entries of staged updates, compared with ``main`` on the ``compared`` columns only.
+
+    One pass: a staged update yields its differing cells, or an insert when main lacks its row.
+    """
+    q, lit = reads.quote_ident, reads.quote_literal
+    cells = ", ".join(
+        f"{{'k': 'update', 'c': {lit(c)}, 'o': CAST(b.{q(c)} AS VARCHAR), 'n': CAST(s.{q(c)} AS VARCHAR)}}"
+        for c in compared
+    )
+    inserted = f"[{{'k': 'insert', 'c': NULL, 'o': NULL, 'n': {_json_row('s', columns)}}}]"
+    kept = "".join(", " + (q(c) if c in present else f"NULL AS {q(c)}") for c in compared)
+    return f"""
                 SELECT row_id, cell.k AS change, cell.c AS col, cell.o AS old, cell.n AS new FROM (
                     SELECT s.row_id,
                            unnest(CASE WHEN b.row_id IS NULL THEN {inserted} ELSE [{cells}] END) AS cell
-                    FROM {staged} s LEFT JOIN (
+                    FROM {_STAGED} s LEFT JOIN (
                         SELECT row_id{kept}
-                        FROM {main_scan} WHERE row_id IN (SELECT row_id FROM {staged} WHERE _op = 'update')
+                        FROM {_MAIN_SCAN} WHERE row_id IN (SELECT row_id FROM {_STAGED} WHERE _op = 'update')
                     ) b ON b.row_id = s.row_id
                     WHERE s._op = 'update'
-                ) WHERE cell.k = 'insert' OR cell.o IS DISTINCT FROM cell.n""")
-            params += [staging, main, int(version), staging]
-        if "insert" in kinds:
-            selects.append(
-                f"SELECT row_id, 'insert' AS change, NULL AS col, NULL AS old, {new_row} AS new "
-                f"FROM {staged} s WHERE _op = 'insert'"
-            )
-            params += [staging]
-        if "delete" in kinds:
-            selects.append(
-                f"SELECT row_id, 'delete' AS change, NULL AS col, {old_row} AS old, NULL AS new FROM "
-                f"(SELECT {select_list(columns, present)} FROM {main_scan} "
-                f"WHERE row_id IN (SELECT row_id FROM {staged} WHERE _op = 'delete')) b"
-            )
-            params += [main, int(version), staging]
-        if not selects:
-            return DiffPage(changes=[], total=0)
-        body = " UNION ALL ".join(selects)
-        sql = f"""
+                ) WHERE cell.k = 'insert' OR cell.o IS DISTINCT FROM cell.n"""
+
+
+def _staged_page(body: str, params: list[Any], limit: int, offset: int) -> list[Any]:
+    """One page of the entries of ``body`` (ordered by row and column), each row with the total."""
+    sql = f"""
             WITH body AS MATERIALIZED ({body}),
             page AS (SELECT * FROM body ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?)
             SELECT page.*, counts.total FROM (SELECT count(*) AS total FROM body) AS counts
             LEFT JOIN page ON true ORDER BY page.row_id, page.col NULLS FIRST
         """
-        rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
-    except Exception as exc:  # duckdb.Error and its many subclasses
-        raise EngineError(f"DuckDB could not compute the diff: {str(exc).splitlines()[0]}") from exc
-    return DiffPage(changes=[_change(r) for r in rows if r[0] is not None], total=int(rows[0][5]))
+    return reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
 
 
 # ---------------------------------------------------------------- the row-shaped diff

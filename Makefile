@@ -19,6 +19,7 @@ run: setup jars demo
 test: setup-test jars jars-s3a chromium postgres promtool
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -q --durations=25 $(WORKERS)
 
 ## test-fast: the inner loop: everything but the browser (e2e) and loopback-cluster tiers
@@ -69,6 +70,7 @@ demo: setup
 lint: setup-test
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## bench: each workload beside the bare engine doing the same work (`make bench ARGS=--cluster`: see bench-cluster)
 bench: setup-test jars

@@ -55,7 +55,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,9 +97,12 @@ from core.errors import (
 )
 from core.import_values import check_file_values, refuse_csv_decimals
 from core.ingest import csv_header_of, file_kind, parse_table, read_input_file, save_upload
-from core.layout import new_id, validate_id
+from core.layout import DatasetLayout, new_id, validate_id
 from core.schema import ColumnPlan, SchemaChange
 from core.storage import Location, arrow_target, location, remove_tree, spark_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 Mode = Literal["append", "upsert", "replace"]
 MODES: tuple[Mode, ...] = ("append", "upsert", "replace")
@@ -611,38 +614,12 @@ def submit_import(
     """
     report = progress or (lambda fraction, message: None)
     upload = plan.upload
-    if upload.uploaded_by != actor.username:
-        raise PermissionDenied(f"upload {upload.upload_id} belongs to {upload.uploaded_by!r}", user=actor.username)
-    require_role(catalog, actor, upload.project_id, Role.EDITOR, action="submit an import")
-    if not review:
-        require_role(catalog, actor, upload.project_id, Role.ADMIN, action=_NO_REVIEW_ACTION)
-    dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
-    if int(dataset.version or 0) != plan.base_version:
-        plan = plan_import(catalog, upload, actor=actor, mode=plan.mode, key=plan.key)
-    title = (title or _default_title(plan)).strip()
-    if len(title) > 300:
-        raise InvalidInput("the title must be at most 300 characters", field="title")
+    plan, dataset = _check_submit(catalog, plan, actor=actor, review=review)
+    title = _submit_title(title, plan)
     layout = layout_for(upload.project_id, upload.dataset_id)
     cr_id = new_id("cr")
     staging = layout.staging(cr_id)
-    commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
-    report(0.1, f"Staging {upload.rows:,} rows with Spark")
-    with metrics.timed_import_write(upload.rows):
-        _write_staging(location(dataset.path), staging, plan, dataset.key_column, commit)
-    run: validation.ValidationRun | None = None
-    try:
-        given = sum(1 for c in plan.columns if c.status != "absent")
-        counts = _staged_counts(staging, given)
-        if counts.rows == 0:
-            same = "the table holds exactly its rows" if plan.mode == "replace" else "every row equals the table's"
-            raise InvalidInput(f"{upload.file_name} changes nothing: {same}", field="file")
-        if not review:
-            report(0.5, "Validating with Great Expectations")
-            run = validate_change_request(layout, dataset, staging)
-            _refuse_blocking(run, upload)
-    except BaseException:
-        remove_tree(staging)
-        raise
+    counts, run = _stage_import(layout, dataset, staging, plan, cr_id, actor=actor, review=review, report=report)
     if review:
         report(0.6, "Validating with Great Expectations")
     record = record_change_request(
@@ -664,6 +641,74 @@ def submit_import(
         announce=review,
     )
     _note_submitted(upload, record.id, plan)
+    _record_import_submitted(catalog, plan, cr_id, counts, actor=actor, review=review)
+    report(1.0, f"Change request {cr_id} submitted")
+    return record
+
+
+def _check_submit(catalog: Catalog, plan: ImportPlan, *, actor: User, review: bool) -> tuple[ImportPlan, DatasetInfo]:
+    """Refuse a submit ``actor`` may not make; the plan, made again when the table moved, and its dataset."""
+    upload = plan.upload
+    if upload.uploaded_by != actor.username:
+        raise PermissionDenied(f"upload {upload.upload_id} belongs to {upload.uploaded_by!r}", user=actor.username)
+    require_role(catalog, actor, upload.project_id, Role.EDITOR, action="submit an import")
+    if not review:
+        require_role(catalog, actor, upload.project_id, Role.ADMIN, action=_NO_REVIEW_ACTION)
+    dataset = get_dataset(catalog, upload.project_id, upload.dataset_id, actor=actor)
+    if int(dataset.version or 0) != plan.base_version:
+        plan = plan_import(catalog, upload, actor=actor, mode=plan.mode, key=plan.key)
+    return plan, dataset
+
+
+def _submit_title(title: str | None, plan: ImportPlan) -> str:
+    title = (title or _default_title(plan)).strip()
+    if len(title) > 300:
+        raise InvalidInput("the title must be at most 300 characters", field="title")
+    return title
+
+
+def _stage_import(
+    layout: DatasetLayout,
+    dataset: DatasetInfo,
+    staging: Location,
+    plan: ImportPlan,
+    cr_id: str,
+    *,
+    actor: User,
+    review: bool,
+    report: Progress,
+) -> tuple[_Counts, validation.ValidationRun | None]:
+    """Write the staging table and count it; without review, validate it too.
+
+    A file that changes nothing, or fails a critical check without review, leaves no
+    staging table behind.
+    """
+    upload = plan.upload
+    commit = engine.new_commit(actor.username, "stage_import", cr_id=cr_id, upload_id=upload.upload_id)
+    report(0.1, f"Staging {upload.rows:,} rows with Spark")
+    with metrics.timed_import_write(upload.rows):
+        _write_staging(location(dataset.path), staging, plan, dataset.key_column, commit)
+    run: validation.ValidationRun | None = None
+    try:
+        given = sum(1 for c in plan.columns if c.status != "absent")
+        counts = _staged_counts(staging, given)
+        if counts.rows == 0:
+            same = "the table holds exactly its rows" if plan.mode == "replace" else "every row equals the table's"
+            raise InvalidInput(f"{upload.file_name} changes nothing: {same}", field="file")
+        if not review:
+            report(0.5, "Validating with Great Expectations")
+            run = validate_change_request(layout, dataset, staging)
+            _refuse_blocking(run, upload)
+    except BaseException:
+        remove_tree(staging)
+        raise
+    return counts, run
+
+
+def _record_import_submitted(
+    catalog: Catalog, plan: ImportPlan, cr_id: str, counts: _Counts, *, actor: User, review: bool
+) -> None:
+    upload = plan.upload
     with catalog.session() as s:
         audit.record(
             s,
@@ -683,8 +728,6 @@ def submit_import(
                 reviewed=review,
             ),
         )
-    report(1.0, f"Change request {cr_id} submitted")
-    return record
 
 
 _NO_REVIEW_ACTION = "commit an import without review"
@@ -743,26 +786,124 @@ def _write_staging(
     change nothing are left out. A replace also stages, as deletes, the table's rows no
     file row matches (all of them without a key), with their values as they are.
     """
-    q, lit = engine.spark_ident, engine.spark_string
     spark = engine.get_spark()
-    upload = plan.upload
     view = f"oreo_import_{commit.commit_id.replace('-', '')}"
-    in_file = {n.lower(): n for n, _ in upload.columns}
+    sql = _staging_sql(main, plan, dataset_key, view)
+    views = _register_import_views(spark, main, plan, view)
+    save_staging(staging, sql, commit, views=views)
+
+
+@dataclass(frozen=True)
+class _FileColumns:
+    """The plan's columns in the order they are staged, and how the file spells each."""
+
+    in_file: dict[str, str]  # a column's lower-case name -> its name in the file
+    ordered: list[ColumnPlan]  # the table's columns in its own order, then the new ones
+
+    @property
+    def given(self) -> list[ColumnPlan]:
+        return [c for c in self.ordered if c.status != "absent"]
+
+    def value(self, c: ColumnPlan) -> str:
+        """The file row's (alias ``f``) value of ``c``, cast to its type after the import."""
+        return f"CAST(f.{engine.spark_ident(self.in_file[c.name.lower()])} AS {c.final_type})"
+
+
+def _file_columns(main: Location, plan: ImportPlan) -> _FileColumns:
+    in_file = {n.lower(): n for n, _ in plan.upload.columns}
     table_cols = [c for c in plan.columns if c.status != "new"]
     ordered = [c for c in _table_order(main, plan.base_version, table_cols)] + [
         c for c in plan.columns if c.status == "new"
     ]
-    given = [c for c in ordered if c.status != "absent"]
+    return _FileColumns(in_file=in_file, ordered=ordered)
 
-    def value(c: ColumnPlan) -> str:
-        return f"CAST(f.{q(in_file[c.name.lower()])} AS {c.final_type})"
 
+# An inserted row gives every column it carries: NULL says so without a list per row.
+_INSERTED = "CAST(NULL AS ARRAY<STRING>)"
+
+
+def _staging_sql(main: Location, plan: ImportPlan, dataset_key: str | None, view: str) -> str:
+    """The Spark SQL of the staged rows, over the file's view ``view`` and the table's ``{view}_main``."""
+    columns = _file_columns(main, plan)
     fresh_id_sql = time_ordered_id_sql()  # rows added to a keyless dataset keep the file's order
-    new_id_sql = fresh_id_sql if dataset_key is None else f"CAST(f.{q(in_file[dataset_key.lower()])} AS STRING)"
-    # An inserted row gives every column it carries: NULL says so without a list per row.
-    inserted = "CAST(NULL AS ARRAY<STRING>)"
+    new_id_sql = (
+        fresh_id_sql
+        if dataset_key is None
+        else f"CAST(f.{engine.spark_ident(columns.in_file[dataset_key.lower()])} AS STRING)"
+    )
+    on: str | None = None
+    if plan.mode == "append" or plan.key is None:  # a replace without a key: every row is new
+        sql = _inserts_sql(columns, new_id_sql, view)
+    else:
+        on, new_id_sql = _file_row_match(columns, str(plan.key), dataset_key, new_id_sql, fresh_id_sql)
+        sql = _upserts_sql(columns, new_id_sql, on, view)
+    if plan.mode == "replace":
+        gone = f"{view}_main m" if on is None else f"{view}_main m LEFT ANTI JOIN {view} f ON {on}"
+        sql = f"{sql} UNION ALL SELECT {', '.join(_deleted_select(columns.ordered))} FROM {gone}"
+    return sql
+
+
+def _inserts_sql(columns: _FileColumns, new_id_sql: str, view: str) -> str:
+    """Every file row as an insert (an append, or a replace without a key)."""
+    q = engine.spark_ident
+    select = [f"{new_id_sql} AS row_id"]
+    select += [
+        (columns.value(c) if c.status != "absent" else f"CAST(NULL AS {c.final_type})") + f" AS {q(c.name)}"
+        for c in columns.ordered
+    ]
+    select += [f"'insert' AS {OP_COLUMN}", f"{_INSERTED} AS {CHANGED_COLUMN}"]
+    return f"SELECT {', '.join(select)} FROM {view} f"
+
+
+def _file_row_match(
+    columns: _FileColumns, key: str, dataset_key: str | None, new_id_sql: str, fresh_id_sql: str
+) -> tuple[str, str]:
+    """How a file row (``f``) finds its table row (``m``) by ``key``, and the row_id a new row gets."""
+    q = engine.spark_ident
+    if key == ROW_ID:
+        on = f"m.row_id = CAST(f.{q(columns.in_file[ROW_ID])} AS STRING)"
+        if dataset_key is None:
+            new_id_sql = f"coalesce(CAST(f.{q(columns.in_file[ROW_ID])} AS STRING), {fresh_id_sql})"
+    elif key == dataset_key:
+        on = f"m.row_id = {new_id_sql}"
+    else:
+        key_plan = next(c for c in columns.ordered if c.name == key)
+        on = f"m.{q(key)} = {columns.value(key_plan)}"
+    return on, new_id_sql
+
+
+def _upserts_sql(columns: _FileColumns, new_id_sql: str, on: str, view: str) -> str:
+    """A file row as an insert, or as an update of the cells that differ; updates that change nothing left out."""
+    q, lit = engine.spark_ident, engine.spark_string
+    select = [f"coalesce(m.row_id, {new_id_sql}) AS row_id"]
+    for c in columns.ordered:
+        if c.status == "absent":
+            kept = f"CASE WHEN m.row_id IS NULL THEN CAST(NULL AS {c.final_type}) ELSE m.{q(c.name)} END"
+            select.append(f"{kept} AS {q(c.name)}")
+        else:
+            select.append(f"{columns.value(c)} AS {q(c.name)}")
+    differs = ", ".join(
+        f"CASE WHEN {columns.value(c)} IS NOT NULL THEN {lit(c.name)} END"
+        if c.status == "new"
+        else f"CASE WHEN NOT ({columns.value(c)} <=> m.{q(c.name)}) THEN {lit(c.name)} END"
+        for c in columns.given
+    )
+    select += [
+        f"CASE WHEN m.row_id IS NULL THEN 'insert' ELSE 'update' END AS {OP_COLUMN}",
+        f"CASE WHEN m.row_id IS NULL THEN {_INSERTED} ELSE filter(array({differs}), x -> x IS NOT NULL) END "
+        f"AS {CHANGED_COLUMN}",
+    ]
+    return (
+        f"SELECT * FROM (SELECT {', '.join(select)} FROM {view} f LEFT JOIN {view}_main m ON {on}) "
+        f"WHERE {OP_COLUMN} = 'insert' OR size({CHANGED_COLUMN}) > 0"
+    )
+
+
+def _deleted_select(ordered: list[ColumnPlan]) -> list[str]:
+    """A replaced table row (``m``) staged as a delete."""
+    q = engine.spark_ident
     # A deleted row is staged as it is, so the review shows it whole; a new column is NULL in it.
-    deleted = [
+    return [
         "m.row_id AS row_id",
         *(
             f"CAST({'NULL' if c.status == 'new' else 'm.' + q(c.name)} AS {c.final_type}) AS {q(c.name)}"
@@ -771,51 +912,11 @@ def _write_staging(
         f"'delete' AS {OP_COLUMN}",
         f"CAST(array() AS ARRAY<STRING>) AS {CHANGED_COLUMN}",
     ]
-    on: str | None = None
-    if plan.mode == "append" or plan.key is None:  # a replace without a key: every row is new
-        select = [f"{new_id_sql} AS row_id"]
-        select += [
-            (value(c) if c.status != "absent" else f"CAST(NULL AS {c.final_type})") + f" AS {q(c.name)}"
-            for c in ordered
-        ]
-        select += [f"'insert' AS {OP_COLUMN}", f"{inserted} AS {CHANGED_COLUMN}"]
-        sql = f"SELECT {', '.join(select)} FROM {view} f"
-    else:
-        key = str(plan.key)
-        if key == ROW_ID:
-            on = f"m.row_id = CAST(f.{q(in_file[ROW_ID])} AS STRING)"
-            if dataset_key is None:
-                new_id_sql = f"coalesce(CAST(f.{q(in_file[ROW_ID])} AS STRING), {fresh_id_sql})"
-        elif key == dataset_key:
-            on = f"m.row_id = {new_id_sql}"
-        else:
-            key_plan = next(c for c in ordered if c.name == key)
-            on = f"m.{q(key)} = {value(key_plan)}"
-        select = [f"coalesce(m.row_id, {new_id_sql}) AS row_id"]
-        for c in ordered:
-            if c.status == "absent":
-                kept = f"CASE WHEN m.row_id IS NULL THEN CAST(NULL AS {c.final_type}) ELSE m.{q(c.name)} END"
-                select.append(f"{kept} AS {q(c.name)}")
-            else:
-                select.append(f"{value(c)} AS {q(c.name)}")
-        differs = ", ".join(
-            f"CASE WHEN {value(c)} IS NOT NULL THEN {lit(c.name)} END"
-            if c.status == "new"
-            else f"CASE WHEN NOT ({value(c)} <=> m.{q(c.name)}) THEN {lit(c.name)} END"
-            for c in given
-        )
-        select += [
-            f"CASE WHEN m.row_id IS NULL THEN 'insert' ELSE 'update' END AS {OP_COLUMN}",
-            f"CASE WHEN m.row_id IS NULL THEN {inserted} ELSE filter(array({differs}), x -> x IS NOT NULL) END "
-            f"AS {CHANGED_COLUMN}",
-        ]
-        sql = (
-            f"SELECT * FROM (SELECT {', '.join(select)} FROM {view} f LEFT JOIN {view}_main m ON {on}) "
-            f"WHERE {OP_COLUMN} = 'insert' OR size({CHANGED_COLUMN}) > 0"
-        )
-    if plan.mode == "replace":
-        gone = f"{view}_main m" if on is None else f"{view}_main m LEFT ANTI JOIN {view} f ON {on}"
-        sql = f"{sql} UNION ALL SELECT {', '.join(deleted)} FROM {gone}"
+
+
+def _register_import_views(spark: SparkSession, main: Location, plan: ImportPlan, view: str) -> list[str]:
+    """Spark's temporary views of the file and (unless an append) of the table at the base version."""
+    upload = plan.upload
     views = [view]
     try:
         spark.read.parquet(spark_uri(upload.converted)).createOrReplaceTempView(view)
@@ -828,7 +929,7 @@ def _write_staging(
         for name in views:
             spark.catalog.dropTempView(name)
         raise EngineError(f"Spark could not read {upload.file_name} for staging: {str(exc).splitlines()[0]}") from exc
-    save_staging(staging, sql, commit, views=views)
+    return views
 
 
 def _table_order(main: Location, version: int, columns: list[ColumnPlan]) -> list[ColumnPlan]:

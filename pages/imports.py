@@ -34,6 +34,9 @@ from core.ingest import xlsx_sheets
 if TYPE_CHECKING:
     from streamlit.runtime.uploaded_file_manager import UploadedFile
 
+    from core.datasets import DatasetInfo
+    from core.schema import ColumnPlan
+
 PREVIEW_ROWS = 20
 ROW_PX = 35
 MODE_LABELS = {"append": "Append", "upsert": "Upsert", "replace": "Replace"}
@@ -199,6 +202,24 @@ def submit(plan: imports.ImportPlan, title: str, description: str) -> None:
 
 
 def show_upload(upload: imports.Upload) -> None:
+    """The kept upload: its preview and schema, how to import it, what that does, and the submit form."""
+    _show_upload_bar(upload)
+    _show_preview(upload)
+    info, columns = imports.compare_with_table(catalog(), upload, actor=user)
+    _show_schema(info, columns)
+    mode, key = _choose_mode(upload, info)
+    plan = None
+    try:
+        plan = planned(upload, mode, key, info.version)
+    except OreoError as exc:
+        st.error(str(exc), icon=":material/error:")
+    if plan is not None:
+        _describe_plan(upload, plan)
+    _show_submit_form(upload, plan)
+
+
+def _show_upload_bar(upload: imports.Upload) -> None:
+    """The upload's name, kind and size, with a button that discards it."""
     with st.container(border=True, key="import_upload"):
         text, action = st.columns([6, 1], vertical_alignment="center")
         sheet = f" · sheet **{upload.sheet}**" if upload.sheet else ""
@@ -213,13 +234,17 @@ def show_upload(upload: imports.Upload) -> None:
             flash(f"Discarded {upload.file_name}; nothing was imported.", kind="info")
             st.rerun()
 
+
+def _show_preview(upload: imports.Upload) -> None:
     with st.container(key="import_preview"):
         st.header("Preview", anchor=False)
         first = imports.preview(upload, PREVIEW_ROWS)
         st.caption(f"First {first.num_rows:,} of {upload.rows:,} row(s), as read from the file")
         st.dataframe(first.to_pandas(), hide_index=True, width="stretch", key="import_preview_table")
 
-    info, columns = imports.compare_with_table(catalog(), upload, actor=user)
+
+def _show_schema(info: DatasetInfo, columns: list[ColumnPlan]) -> None:
+    """The file's columns against the table's."""
     with st.container(key="import_schema"):
         st.header("Schema", anchor=False)
         st.caption(f"The file's columns against `{choice}` at version {info.version}")
@@ -234,6 +259,9 @@ def show_upload(upload: imports.Upload) -> None:
             key="import_schema_table",
         )
 
+
+def _choose_mode(upload: imports.Upload, info: DatasetInfo) -> tuple[str, str | None]:
+    """The import mode the user picks and, for an upsert or a replace, the key column."""
     st.header("Import as", anchor=False)
     mode = st.radio(
         "Mode",
@@ -253,33 +281,34 @@ def show_upload(upload: imports.Upload) -> None:
         key = st.selectbox("Key column", names, key="import_key", help="Matches the file's rows to the table's")
     elif mode == "replace":
         key = replace_key(upload, info.key_column)
+    return mode, key
 
-    plan = None
-    try:
-        plan = planned(upload, mode, key, info.version)
-    except OreoError as exc:
-        st.error(str(exc), icon=":material/error:")
-    if plan is not None:
-        changes = ""
-        if plan.schema_changes:
-            changes = f" It also changes the table's schema ({len(plan.schema_changes)} change(s), listed above)."
-        rows = f"{upload.rows:,} row(s) of {upload.file_name}"
-        if plan.mode == "append":
-            what = f"{rows} will be added to `{choice}` as new rows"
-        elif plan.mode == "upsert":
-            what = f"{rows} will update the rows of `{choice}` with the same **{plan.key}**, or be added"
-        else:
-            what = f"{plan.describe()},"
-        st.caption(f"{what} once an approver merges the request.{changes}")
-        if plan.mode == "replace" and plan.deletes:
-            which = f"whose **{plan.key}** is not in the file" if plan.key else "(there is no key to match rows by)"
-            with st.container(key="import_replace_warning"):
-                st.warning(
-                    f"This replace deletes **{plan.deletes:,}** row(s) of `{choice}` {which}. "
-                    "The approver sees each of them in the review.",
-                    icon=":material/warning:",
-                )
 
+def _describe_plan(upload: imports.Upload, plan: imports.ImportPlan) -> None:
+    """What the import will do once merged, and a warning when a replace deletes rows."""
+    changes = ""
+    if plan.schema_changes:
+        changes = f" It also changes the table's schema ({len(plan.schema_changes)} change(s), listed above)."
+    rows = f"{upload.rows:,} row(s) of {upload.file_name}"
+    if plan.mode == "append":
+        what = f"{rows} will be added to `{choice}` as new rows"
+    elif plan.mode == "upsert":
+        what = f"{rows} will update the rows of `{choice}` with the same **{plan.key}**, or be added"
+    else:
+        what = f"{plan.describe()},"
+    st.caption(f"{what} once an approver merges the request.{changes}")
+    if plan.mode == "replace" and plan.deletes:
+        which = f"whose **{plan.key}** is not in the file" if plan.key else "(there is no key to match rows by)"
+        with st.container(key="import_replace_warning"):
+            st.warning(
+                f"This replace deletes **{plan.deletes:,}** row(s) of `{choice}` {which}. "
+                "The approver sees each of them in the review.",
+                icon=":material/warning:",
+            )
+
+
+def _show_submit_form(upload: imports.Upload, plan: imports.ImportPlan | None) -> None:
+    """Title, description and the submit button (disabled while there is no plan)."""
     title = st.text_input(
         "Title", key="import_title", placeholder=f"Import {upload.file_name} into {choice}", max_chars=300
     )

@@ -83,7 +83,8 @@ def test_a_core_loop_moves_every_counter_by_its_amount(
     monkeypatch.setenv("OREO_WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")  # webhooks reach only public hosts otherwise
     get_settings.cache_clear()
     ada = get_user(catalog, "ada")
-    notify.add_webhook(catalog, PROJECT, "http://127.0.0.1:9/hook", "s3cret-0123456789abcdef", actor=ada)  # port 9: nothing listens
+    # Port 9: nothing listens.
+    notify.add_webhook(catalog, PROJECT, "http://127.0.0.1:9/hook", "s3cret-0123456789abcdef", actor=ada)
     start = scrape()
     assert value(start, "oreo_change_requests", state="open") == 0
 

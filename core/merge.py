@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 from sqlalchemy import select
@@ -81,7 +81,7 @@ from core.change_requests import merging_now as merging_now
 from core.conflicts import Conflict as Conflict
 from core.conflicts import conflicts_since as conflicts_since
 from core.conflicts import find_conflicts as find_conflicts
-from core.datasets import get_dataset, layout_for, sync_dataset
+from core.datasets import DatasetInfo, get_dataset, layout_for, sync_dataset
 from core.errors import (
     CatalogUnavailable,
     ConflictError,
@@ -93,6 +93,9 @@ from core.errors import (
 )
 from core.storage import Location, location
 from core.writer import release_leftovers, writing
+
+if TYPE_CHECKING:
+    from core.layout import DatasetLayout
 
 log = logging.getLogger(__name__)
 
@@ -546,58 +549,107 @@ def _merge_open_request(
     """Steps 2 to 5 of an approval (module docstring) for an open request its caller checked may be merged."""
     report = progress or (lambda fraction, message: None)
     clock = Stopwatch("approve", stage)
-    cr_id = record.id
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
     layout = layout_for(record.project_id, record.dataset_id)
-    main, staging = layout.main, staging_path(layout, record)
+    main = layout.main
 
     # A lease an earlier attempt could not release (the catalog failed as it ended) goes now.
     release_leftovers(catalog, record.project_id, record.dataset_id)
-    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+    landed = engine.find_commit(main, record.base_version, cr_id=record.id, action=MERGE_ACTION)
     if landed is None:
-        if not (staging / "_delta_log").is_dir():
-            raise NotFound(f"the staging table of {cr_id} is missing; reject the request", kind="staging")
-        clock.start("conflicts")
-        report(0.05, "Looking for conflicts with newer commits")
-        _raise_on_conflicts(record, main, staging)
-        clock.start("checks")
-        report(0.25, "Validating the merged result")
-        current = engine.latest_version(main)
-        # Nothing committed since the submit's run and the same suite: its verdict stands.
-        run = reusable_run(layout, dataset, record.validation_run_id, current)
-        if run is None:
-            run = validate_change_request(layout, dataset, staging, version=current)
-            _store_validation(catalog, cr_id, run.run_id, run.status)
-        if run.blocking:
-            failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
-            raise ValidationFailed(
-                f"change request {cr_id} fails critical expectations on the merged result: {failed}",
-                offending=tuple(f.expectation for f in run.failures if f.severity == "critical"),
-            )
-        clock.start("merge")
-        report(0.5, "Merging into main")
-        commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run.run_id)
-        try:
-            with writing(catalog, record.project_id, record.dataset_id, what=_lease_name(cr_id)):
-                _record_approval_started(catalog, record, actor)
-                with metrics.timed_operation("merge"):
-                    _merge_with_retries(record, main, staging, commit)
-        except OreoError:  # conflicts, failed checks, an unreachable catalog: already one clean line
-            raise
-        except _retryable() as exc:
-            raise ConflictError(
-                f"change request {cr_id} kept colliding with concurrent commits ({type(exc).__name__}); try again"
-            ) from exc
-        except Exception as exc:
-            if disk.is_out_of_space(exc):
-                raise disk.out_of_space(f"the merge of {cr_id}", main) from exc
-            raise EngineError(f"Spark could not merge {cr_id}: {str(exc).splitlines()[0]}") from exc
-        landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
-        if landed is None:
-            raise EngineError(f"the merge of {cr_id} left no commit in {main}; staging is kept, try again")
+        landed = _merge_now(catalog, record, actor=actor, dataset=dataset, layout=layout, clock=clock, report=report)
     version, meta = landed
     clock.start("sync")
     report(0.85, "Updating the catalog")
+    merged, stages = _record_merged(catalog, record, actor, version, meta, comment, clock)
+    _announce_merged(catalog, record, merged, actor=actor, version=version, stages=stages)
+    report(1.0, f"Merged as version {version}")
+    return merged
+
+
+def _merge_now(
+    catalog: Catalog,
+    record: ChangeRequest,
+    *,
+    actor: User,
+    dataset: DatasetInfo,
+    layout: DatasetLayout,
+    clock: Stopwatch,
+    report: Progress,
+) -> tuple[int, dict[str, Any]]:
+    """Steps 2 to 4 for a request not merged yet: conflicts, checks, the MERGE; its version and commit info."""
+    cr_id = record.id
+    main, staging = layout.main, staging_path(layout, record)
+    if not (staging / "_delta_log").is_dir():
+        raise NotFound(f"the staging table of {cr_id} is missing; reject the request", kind="staging")
+    clock.start("conflicts")
+    report(0.05, "Looking for conflicts with newer commits")
+    _raise_on_conflicts(record, main, staging)
+    clock.start("checks")
+    report(0.25, "Validating the merged result")
+    run_id = _validate_merged_result(catalog, record, dataset=dataset, layout=layout, staging=staging)
+    clock.start("merge")
+    report(0.5, "Merging into main")
+    _merge_under_lease(catalog, record, actor, main, staging, run_id)
+    landed = engine.find_commit(main, record.base_version, cr_id=cr_id, action=MERGE_ACTION)
+    if landed is None:
+        raise EngineError(f"the merge of {cr_id} left no commit in {main}; staging is kept, try again")
+    return landed
+
+
+def _validate_merged_result(
+    catalog: Catalog, record: ChangeRequest, *, dataset: DatasetInfo, layout: DatasetLayout, staging: Location
+) -> str:
+    """The id of a validation run of the merged result that no critical expectation fails."""
+    current = engine.latest_version(layout.main)
+    # Nothing committed since the submit's run and the same suite: its verdict stands.
+    run = reusable_run(layout, dataset, record.validation_run_id, current)
+    if run is None:
+        run = validate_change_request(layout, dataset, staging, version=current)
+        _store_validation(catalog, record.id, run.run_id, run.status)
+    if run.blocking:
+        failed = ", ".join(f"{f.expectation}({f.column or ''})" for f in run.failures if f.severity == "critical")
+        raise ValidationFailed(
+            f"change request {record.id} fails critical expectations on the merged result: {failed}",
+            offending=tuple(f.expectation for f in run.failures if f.severity == "critical"),
+        )
+    return run.run_id
+
+
+def _merge_under_lease(
+    catalog: Catalog, record: ChangeRequest, actor: User, main: Location, staging: Location, run_id: str
+) -> None:
+    """The MERGE, with the table's writer lease held and the approval recorded as started."""
+    cr_id = record.id
+    commit = engine.new_commit(actor.username, MERGE_ACTION, cr_id=cr_id, validation_run_id=run_id)
+    try:
+        with writing(catalog, record.project_id, record.dataset_id, what=_lease_name(cr_id)):
+            _record_approval_started(catalog, record, actor)
+            with metrics.timed_operation("merge"):
+                _merge_with_retries(record, main, staging, commit)
+    except OreoError:  # conflicts, failed checks, an unreachable catalog: already one clean line
+        raise
+    except _retryable() as exc:
+        raise ConflictError(
+            f"change request {cr_id} kept colliding with concurrent commits ({type(exc).__name__}); try again"
+        ) from exc
+    except Exception as exc:
+        if disk.is_out_of_space(exc):
+            raise disk.out_of_space(f"the merge of {cr_id}", main) from exc
+        raise EngineError(f"Spark could not merge {cr_id}: {str(exc).splitlines()[0]}") from exc
+
+
+def _record_merged(
+    catalog: Catalog,
+    record: ChangeRequest,
+    actor: User,
+    version: int,
+    meta: dict[str, Any],
+    comment: str | None,
+    clock: Stopwatch,
+) -> tuple[ChangeRequest, list[StageTiming]]:
+    """Step 5: sync the catalog to the merged version and mark the request merged; it and the stage timings."""
+    cr_id = record.id
     commit = engine.CommitInfo(
         commit_id=str(meta["commit_id"]), actor=str(meta.get("actor")), action=MERGE_ACTION, extra={"cr_id": cr_id}
     )
@@ -613,17 +665,28 @@ def _merge_open_request(
             f"but recording it failed: {exc}",
             hint="the merge is saved in the table; approve the request again once the catalog is back to finish",
         ) from exc
+    return merged, stages
+
+
+def _announce_merged(
+    catalog: Catalog,
+    record: ChangeRequest,
+    merged: ChangeRequest,
+    *,
+    actor: User,
+    version: int,
+    stages: list[StageTiming],
+) -> None:
+    """Publish the stage timings, remove the request's leftovers, then publish the approval."""
     events.publish(events.StagesTimed(stages=tuple(stages)))
     remove_leftovers(merged)
     # The request is merged and recorded; what a subscriber raises is logged, never raised here.
     events.publish(
         events.Approved(
-            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=record.id,
             actor=actor.username, version=version, comment=merged.close_reason,
         )
     )  # fmt: skip
-    report(1.0, f"Merged as version {version}")
-    return merged
 
 
 def _store_validation(catalog: Catalog, cr_id: str, run_id: str, status: str) -> None:

@@ -1005,55 +1005,15 @@ def _finish(
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InvalidInput(f"the data cannot be stored in Delta: {_first_line(exc)}", field="file") from exc
     if dry_run:
-        report(0.5, "dry run: preparing the rows as they would be written")
-        prepared = datasets.with_row_ids(arrow, key)
-        sink = pa.BufferOutputStream()
-        pq.write_table(prepared, sink)
-        datasets.check_dataset_size(sink.tell())
-        report(0.8, "computing the checksums of the rows as they would be written")
-        delta = _arrow_checksums(prepared, columns)
-        sums = _compared(source(), delta, source_columns, report)
-        report(1.0, "dry run done; nothing was created")
-        return _report(sums, delta, columns, None)
+        return _dry_run(arrow, columns, source, source_columns, key=key, report=report)
     report(0.5, "writing the Delta table; DuckDB hashes the rows written meanwhile")
-    # DuckDB hashes the rows and infers the default warning rules from them while Spark writes
-    # them (another process): the two work at once, and the stored table is read once, by the
-    # cheap fingerprint that shows it holds those rows.
-    cur = reads.cursor().cursor()
-    checked: dict[str, bool] = {}  # whether the stored table's fingerprint is the handed rows'
-
-    def written() -> _InFlight | None:
-        try:
-            return handed()
-        except OreoError:
-            return None  # the stored table is hashed instead
-
-    def stored_is_written(path: Location, version: int | None) -> bool:
-        if "same" not in checked:
-            found = written()
-            stored = _fingerprint("delta_scan(?, version => ?)", [str(path), int(version or 0)], columns)
-            checked["same"] = found is not None and stored == found.fingerprint
-        return checked["same"]
-
-    def infer(path: Location, version: int | None, schema: list[reads.Column]) -> list[dict[str, Any]]:
-        found = written()
-        ours = [c for c in schema if c.name != ROW_ID]
-        if found is not None and found.columns == ours and stored_is_written(path, version):
-            return found.rules  # inferred from the very rows the table holds
-        return rules.infer_rules(path, version, schema)
-
-    try:
-        with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
-            info = datasets.create_dataset_from_table(
-                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name, infer=infer
-            )
-            handed_over = written()
-    finally:
-        cur.close()
+    info, rows, handed_over = _create_while_hashing(
+        catalog, project_id, dataset_id, arrow, columns, key=key, actor=actor, file_name=file_name
+    )
     assert info.version is not None
     report(0.85, "checking the Delta table against the rows written")
     stored = ("delta_scan(?, version => ?)", [info.path, int(info.version)])
-    if handed_over is not None and stored_is_written(location(info.path), info.version):
+    if handed_over is not None and rows.stored_is_written(location(info.path), info.version):
         delta = handed_over.checksums  # the stored rows are the rows hashed on their way to Spark
     else:
         report(0.9, "the Delta table differs from the rows written; computing its checksums")
@@ -1068,6 +1028,90 @@ def _finish(
         ) from exc
     report(1.0, "done")
     return _report(sums, delta, columns, info.version)
+
+
+def _dry_run(
+    arrow: pa.Table,
+    columns: list[_Column],
+    source: Callable[[], _Checksums],
+    source_columns: Callable[[], _Checksums],
+    *,
+    key: str | None,
+    report: Progress,
+) -> ParityReport:
+    """Prepare the rows as they would be written, check their size and compare them with the source."""
+    report(0.5, "dry run: preparing the rows as they would be written")
+    prepared = datasets.with_row_ids(arrow, key)
+    sink = pa.BufferOutputStream()
+    pq.write_table(prepared, sink)
+    datasets.check_dataset_size(sink.tell())
+    report(0.8, "computing the checksums of the rows as they would be written")
+    delta = _arrow_checksums(prepared, columns)
+    sums = _compared(source(), delta, source_columns, report)
+    report(1.0, "dry run done; nothing was created")
+    return _report(sums, delta, columns, None)
+
+
+class _HandedRows:
+    """What DuckDB finds in the rows handed to Spark, and whether the stored table holds those rows.
+
+    The stored table is read once, by the cheap fingerprint that shows it holds the
+    handed rows; the default warning rules come from the handed rows when it does.
+    """
+
+    def __init__(self, columns: list[_Column], handed: Callable[[], _InFlight]) -> None:
+        self._columns = columns
+        self._handed = handed
+        self._same: bool | None = None  # whether the stored table's fingerprint is the handed rows'
+
+    def written(self) -> _InFlight | None:
+        try:
+            return self._handed()
+        except OreoError:
+            return None  # the stored table is hashed instead
+
+    def stored_is_written(self, path: Location, version: int | None) -> bool:
+        if self._same is None:
+            found = self.written()
+            stored = _fingerprint("delta_scan(?, version => ?)", [str(path), int(version or 0)], self._columns)
+            self._same = found is not None and stored == found.fingerprint
+        return self._same
+
+    def infer(self, path: Location, version: int | None, schema: list[reads.Column]) -> list[dict[str, Any]]:
+        found = self.written()
+        ours = [c for c in schema if c.name != ROW_ID]
+        if found is not None and found.columns == ours and self.stored_is_written(path, version):
+            return found.rules  # inferred from the very rows the table holds
+        return rules.infer_rules(path, version, schema)
+
+
+def _create_while_hashing(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    arrow: pa.Table,
+    columns: list[_Column],
+    *,
+    key: str | None,
+    actor: User,
+    file_name: str,
+) -> tuple[datasets.DatasetInfo, _HandedRows, _InFlight | None]:
+    """Create the dataset from ``arrow``; the dataset, the handed rows and what DuckDB found in them.
+
+    DuckDB hashes the rows and infers the default warning rules from them while Spark
+    writes them (another process): the two work at once.
+    """
+    cur = reads.cursor().cursor()
+    try:
+        with _in_background(_in_flight, arrow, columns, cur, cancel=cur.interrupt) as handed:
+            rows = _HandedRows(columns, handed)
+            info = datasets.create_dataset_from_table(
+                catalog, project_id, dataset_id, arrow, key=key, actor=actor, source=file_name, infer=rows.infer
+            )
+            handed_over = rows.written()
+    finally:
+        cur.close()
+    return info, rows, handed_over
 
 
 def _compared(

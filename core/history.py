@@ -270,6 +270,28 @@ def _read_log(table: Location) -> _Log:
     root = str(table)
     if not jsons:
         raise NotFound(f"no Delta table at {table}", kind="table", ident=str(table))
+    exists = _file_lookup(table)
+    latest = max(max(jsons), max(checkpoints, default=-1))
+    snapshot = _Snapshot(root=root, exists=exists, known=0 in jsons)
+    commits: dict[int, _Commit] = {}
+    reasons: dict[int, str | None] = {}
+    for version in range(latest + 1):
+        actions = list(_json_actions(jsons[version])) if version in jsons else None
+        if actions is not None and snapshot.known:
+            snapshot.apply(actions)
+        elif version in checkpoints:
+            snapshot.load_checkpoint(checkpoints[version])
+        else:
+            snapshot.known = False
+        if actions is None:
+            continue
+        commits[version] = _commit(root, version, actions, snapshot.cdf if snapshot.known else None)
+        reasons[version] = snapshot.unreadable_because()
+    return _Log(table=table, latest=latest, commits=commits, reasons=reasons, exists=exists)
+
+
+def _file_lookup(table: Location) -> Callable[[str], bool]:
+    """Whether a file of ``table`` is there, each folder listed once."""
     listings: dict[str, set[str]] = {}
     # On a store, one listing of the table's objects answers every "is this file there?".
     stored = {str(p) for p in object_files(table)} if isinstance(table, ObjectPath) else None
@@ -285,56 +307,56 @@ def _read_log(table: Location) -> _Log:
                 listings[folder] = set()
         return name in listings[folder]
 
-    latest = max(max(jsons), max(checkpoints, default=-1))
+    return exists
+
+
+@dataclass
+class _Snapshot:
+    """The snapshot of the version just replayed, as far as ``_read_log`` needs it."""
+
+    root: str
+    exists: Callable[[str], bool]
+    known: bool  # whether ``missing`` describes the snapshot of the version just replayed
     # (data file, deletion vector) pairs of the snapshot whose data or deletion-vector file is gone
-    missing: set[tuple[str, str]] = set()
-    known = 0 in jsons  # whether ``missing`` describes the snapshot of the version just replayed
+    missing: set[tuple[str, str]] = field(default_factory=set)
     cdf: bool | None = None
-    commits: dict[int, _Commit] = {}
-    reasons: dict[int, str | None] = {}
 
-    def add(action: dict[str, Any]) -> None:
+    def add(self, action: dict[str, Any]) -> None:
         key = _file_key(action)
-        path, dv = _file_path(root, action["path"]), _dv_path(root, action.get("deletionVector"))
-        if not exists(path) or (dv is not None and not exists(dv)):
-            missing.add(key)
+        path, dv = _file_path(self.root, action["path"]), _dv_path(self.root, action.get("deletionVector"))
+        if not self.exists(path) or (dv is not None and not self.exists(dv)):
+            self.missing.add(key)
 
-    def remove(action: dict[str, Any]) -> None:
-        missing.discard(_file_key(action))
+    def apply(self, actions: list[dict[str, Any]]) -> None:
+        """Apply one JSON commit's actions."""
+        for action in actions:
+            if "add" in action:
+                self.add(action["add"])
+            elif "remove" in action:
+                self.missing.discard(_file_key(action["remove"]))
+            elif "metaData" in action:
+                self.cdf = _cdf_enabled(action["metaData"])
 
-    for version in range(latest + 1):
-        actions = list(_json_actions(jsons[version])) if version in jsons else None
-        if actions is not None and known:
-            for action in actions:
-                if "add" in action:
-                    add(action["add"])
-                elif "remove" in action:
-                    remove(action["remove"])
-                elif "metaData" in action:
-                    cdf = _cdf_enabled(action["metaData"])
-        elif version in checkpoints:
-            try:
-                adds, metadata = _read_checkpoint(checkpoints[version])
-            except _Unreadable:
-                known = False
-            else:
-                missing.clear()
-                for a in adds:
-                    add(a)
-                cdf = _cdf_enabled(metadata) if metadata else None
-                known = True
+    def load_checkpoint(self, files: list[str]) -> None:
+        """Start again from a checkpoint; one this module does not replay leaves the snapshot unknown."""
+        try:
+            adds, metadata = _read_checkpoint(files)
+        except _Unreadable:
+            self.known = False
         else:
-            known = False
-        if actions is None:
-            continue
-        commits[version] = _commit(root, version, actions, cdf if known else None)
-        if not known:
-            reasons[version] = LOG_CLEANED
-        elif missing:
-            reasons[version] = VACUUMED
-        else:
-            reasons[version] = None
-    return _Log(table=table, latest=latest, commits=commits, reasons=reasons, exists=exists)
+            self.missing.clear()
+            for a in adds:
+                self.add(a)
+            self.cdf = _cdf_enabled(metadata) if metadata else None
+            self.known = True
+
+    def unreadable_because(self) -> str | None:
+        """Why the snapshot cannot be read (None: it can)."""
+        if not self.known:
+            return LOG_CLEANED
+        if self.missing:
+            return VACUUMED
+        return None
 
 
 def _json_actions(path: str) -> Iterator[dict[str, Any]]:
@@ -845,32 +867,77 @@ def restore_version(
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("a reason is required to restore a table version; give one", field="reason")
-    name = f"{project_id}/{dataset_id}"
     main = layout_for(project_id, dataset_id).main
     version = int(version)
-
-    synced = info.version if info.version is not None else -1
-    landed = engine.find_commit(main, synced, action=RESTORE_ACTION, actor=actor.username, restored_to=version)
-    if landed is not None and landed[1].get("reason") == reason:
-        commit = engine.CommitInfo(str(landed[1]["commit_id"]), actor.username, RESTORE_ACTION, {})
-        new_version = landed[0]
+    landed = _landed_restore(main, info.version, actor=actor, version=version, reason=reason)
+    if landed is not None:
+        commit, new_version = landed
     else:
-        report("Checking the version")
-        log = _read_log(main)
-        if not 0 <= version <= log.latest:
-            raise _no_such_version(log, name, version)
-        why = _why_not_restorable(log, version)
-        if why is not None:
-            raise InvalidInput(f"version {version} of {name} cannot be restored: {why}", field="version")
-        # The writer lease keeps merges out between this check and the RESTORE commit.
-        with writing(catalog, project_id, dataset_id, what=f"a restore by {actor.username}"):
-            report(f"Restoring version {version}")
-            checked = engine.latest_version(main)
-            commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
-            with metrics.timed_operation("restore"):
-                new_version = _run_restore(main, name, version, commit, checked)
+        commit, new_version = _restore_now(
+            catalog, project_id, dataset_id, main, version, actor=actor, reason=reason, report=report
+        )
     report("Updating the catalog")
     sync_dataset(catalog, project_id, dataset_id, commit, version=new_version)
+    _record_restored(
+        catalog, project_id, dataset_id, commit, actor=actor, version=version, new_version=new_version, reason=reason
+    )
+    report(f"Restored version {version} as version {new_version}")
+    return RestoreResult(version=new_version, restored_to=version)
+
+
+def _landed_restore(
+    main: Location, synced_version: int | None, *, actor: User, version: int, reason: str
+) -> tuple[engine.CommitInfo, int] | None:
+    """The commit and version of this very restore when it landed but the catalog has not recorded it."""
+    synced = synced_version if synced_version is not None else -1
+    landed = engine.find_commit(main, synced, action=RESTORE_ACTION, actor=actor.username, restored_to=version)
+    if landed is not None and landed[1].get("reason") == reason:
+        return engine.CommitInfo(str(landed[1]["commit_id"]), actor.username, RESTORE_ACTION, {}), landed[0]
+    return None
+
+
+def _restore_now(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    main: Location,
+    version: int,
+    *,
+    actor: User,
+    reason: str,
+    report: Callable[[str], None],
+) -> tuple[engine.CommitInfo, int]:
+    """Check that ``version`` can be restored, then make the RESTORE commit; it and the new version."""
+    name = f"{project_id}/{dataset_id}"
+    report("Checking the version")
+    log = _read_log(main)
+    if not 0 <= version <= log.latest:
+        raise _no_such_version(log, name, version)
+    why = _why_not_restorable(log, version)
+    if why is not None:
+        raise InvalidInput(f"version {version} of {name} cannot be restored: {why}", field="version")
+    # The writer lease keeps merges out between this check and the RESTORE commit.
+    with writing(catalog, project_id, dataset_id, what=f"a restore by {actor.username}"):
+        report(f"Restoring version {version}")
+        checked = engine.latest_version(main)
+        commit = engine.new_commit(actor.username, RESTORE_ACTION, reason=reason, restored_to=version)
+        with metrics.timed_operation("restore"):
+            new_version = _run_restore(main, name, version, commit, checked)
+    return commit, new_version
+
+
+def _record_restored(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    commit: engine.CommitInfo,
+    *,
+    actor: User,
+    version: int,
+    new_version: int,
+    reason: str,
+) -> None:
+    """Audit the restore, unless an earlier attempt already did (the same commit)."""
     with catalog.session() as s:
         already = s.scalars(
             select(AuditEventRow).where(
@@ -892,8 +959,6 @@ def restore_version(
                     commit_id=commit.commit_id,
                 ),
             )
-    report(f"Restored version {version} as version {new_version}")
-    return RestoreResult(version=new_version, restored_to=version)
 
 
 def _run_restore(main: Location, name: str, version: int, commit: engine.CommitInfo, checked: int) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import select
 
@@ -58,6 +58,9 @@ from core.datasets import get_dataset, layout_for
 from core.diff import select_list
 from core.errors import ConflictError, EngineError, InvalidInput, NotFound, PermissionDenied
 from core.storage import Location, location, remove_tree, spark_uri
+
+if TYPE_CHECKING:
+    from core.layout import DatasetLayout
 
 ALSO_CHANGED = "also changed"
 ROW_DELETED = "row deleted since"
@@ -416,6 +419,36 @@ def resolve_conflict(
         EngineError: Spark or DuckDB failed; the request is unchanged.
     """
     column = None if column in (None, "", "*") else column
+    record = _resolvable_request(catalog, cr_id, choice, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    staging = staging_path(layout, record)
+    if not (staging / "_delta_log").is_dir():
+        raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
+    main = layout.main
+    now = engine.latest_version(main)
+    target, pinned = _conflict_to_resolve(record, main, staging, now, row_id, column)
+    revision = record.revision + 1
+    fresh = layout.staging(cr_id, revision)
+    remove_tree(fresh)  # a resolve that died half-way
+    commit = engine.new_commit(
+        actor.username, "stage_change_request", cr_id=cr_id, revision=revision, pinned=pinned,
+        resolved={"row_id": row_id, "column": column, "choice": choice, "version": target.version},
+    )  # fmt: skip
+    updated = _stage_resolution(
+        catalog, record, layout, actor=actor, now=now, staging=staging, fresh=fresh, target=target, choice=choice,
+        commit=commit, revision=revision,
+    )  # fmt: skip
+    events.publish(
+        events.Revised(
+            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
+            actor=actor.username, revision=revision,
+        )
+    )  # fmt: skip
+    return updated
+
+
+def _resolvable_request(catalog: Catalog, cr_id: str, choice: Choice, *, actor: User) -> ChangeRequest:
+    """The open request whose conflict its author ``actor`` resolves with ``choice``, or why not."""
     if choice not in CHOICES:
         raise InvalidInput(f"unknown choice {choice!r}; use mine (keep mine) or theirs (take theirs)", field="choice")
     record = get_change_request(catalog, cr_id, actor=actor)
@@ -427,49 +460,54 @@ def resolve_conflict(
     require_role(catalog, actor, record.project_id, Role.EDITOR, action="resolve a conflict")
     if record.state != CRState.OPEN:
         raise ConflictError(f"change request {cr_id} is {record.state.value}; only an open request's conflicts resolve")
-    layout = layout_for(record.project_id, record.dataset_id)
-    staging = staging_path(layout, record)
-    if not (staging / "_delta_log").is_dir():
-        raise NotFound(f"the staging table of {cr_id} is missing", kind="staging")
-    main = layout.main
-    now = engine.latest_version(main)
+    return record
+
+
+def _conflict_to_resolve(
+    record: ChangeRequest, main: Location, staging: Location, now: int, row_id: str, column: str | None
+) -> tuple[Conflict, list[list[Any]]]:
+    """The conflict on ``row_id``.``column``, and the others' cells pinned to their bases."""
     found = _conflicts_at(main, staging, record.base_version, now)
     target = next((c for c, _ in found if c.row_id == row_id and c.column == column), None)
     if target is None:
         listed = ", ".join(c.cell for c, _ in found) or "none"
         raise InvalidInput(
-            f"change request {cr_id} has no conflict on {row_id}.{column or '*'}; its conflicts: {listed}",
+            f"change request {record.id} has no conflict on {row_id}.{column or '*'}; its conflicts: {listed}",
             field="column" if column else "row",
         )
     pinned = [[c.row_id, c.column, base] for c, base in found if c is not target]
-    revision = record.revision + 1
-    fresh = layout.staging(cr_id, revision)
-    remove_tree(fresh)  # a resolve that died half-way
-    commit = engine.new_commit(
-        actor.username, "stage_change_request", cr_id=cr_id, revision=revision, pinned=pinned,
-        resolved={"row_id": row_id, "column": column, "choice": choice, "version": target.version},
-    )  # fmt: skip
+    return target, pinned
+
+
+def _stage_resolution(
+    catalog: Catalog,
+    record: ChangeRequest,
+    layout: DatasetLayout,
+    *,
+    actor: User,
+    now: int,
+    staging: Location,
+    fresh: Location,
+    target: Conflict,
+    choice: Choice,
+    commit: engine.CommitInfo,
+    revision: int,
+) -> ChangeRequest:
+    """Stage the next revision in ``fresh``, validate it and record it; a failure leaves no ``fresh``."""
     clock = Stopwatch("submit")
     try:
         clock.start("staging")
-        rows, cells = _write_resolved(main, now, staging, fresh, target, choice, commit, record)
+        rows, cells = _write_resolved(layout.main, now, staging, fresh, target, choice, commit, record)
         clock.start("checks")
         dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
         run = validate_change_request(layout, dataset, fresh, version=now)
         stages = clock.timings()
-        updated = _record_resolution(
+        return _record_resolution(
             catalog, record, actor, target, choice, revision, rows, cells, now, run, stages, staging_digest(fresh)
         )
     except BaseException:
         remove_tree(fresh)
         raise
-    events.publish(
-        events.Revised(
-            catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id,
-            actor=actor.username, revision=revision,
-        )
-    )  # fmt: skip
-    return updated
 
 
 def _fix(target: Conflict, choice: Choice, op: str, changed: list[str] | None, columns: list[str]) -> Any:

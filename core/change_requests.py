@@ -566,29 +566,39 @@ def record_change_request(
             s.add(row)
             s.flush()
             s.add(revision_row(cr_id, 1, rows, cells, run, base_version, digest))
-            audit.record(
-                s,
-                ChangeRequestSubmitted(
-                    actor=author,
-                    project_id=dataset.project_id,
-                    dataset_id=dataset.dataset_id,
-                    cr_id=cr_id,
-                    rows=rows,
-                    cells=cells,
-                ),
-            )
+            _audit_submitted(s, row)
             record = record_from_row(row)
     except BaseException:
         remove_tree(staging)
         raise
+    _publish_submitted(catalog, record, stages, announce=announce)
+    return record
+
+
+def _audit_submitted(s: Session, row: ChangeRequestRow) -> None:
+    audit.record(
+        s,
+        ChangeRequestSubmitted(
+            actor=row.author,
+            project_id=row.project_id,
+            dataset_id=row.dataset_id,
+            cr_id=row.id,
+            rows=row.rows,
+            cells=row.cells,
+        ),
+    )
+
+
+def _publish_submitted(catalog: Catalog, record: ChangeRequest, stages: list[StageTiming], *, announce: bool) -> None:
+    """Publish the submit's stage timings and, unless ``announce`` is off, that a request awaits review."""
     events.publish(events.StagesTimed(stages=tuple(stages)))
     if announce:
         events.publish(
             events.Submitted(
-                catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=cr_id, actor=author
+                catalog=catalog, project=record.project_id, dataset=record.dataset_id, cr_id=record.id,
+                actor=record.author,
             )
-        )
-    return record
+        )  # fmt: skip
 
 
 def revision_row(
@@ -1141,20 +1151,8 @@ def revise_change_request(
         InvalidInput: The session has no edits.
         EngineError: Spark could not write the staging table (nothing is kept).
     """
-    record = get_change_request(catalog, cr_id, actor=actor)
-    if record.author != actor.username:
-        raise PermissionDenied(f"only the author {record.author!r} can revise {cr_id}", user=actor.username)
-    require_role(catalog, actor, record.project_id, Role.EDITOR, action="revise a change request")
-    if record.kind == "import" or record.session_id is None:
-        raise ConflictError(IMPORT_NOT_REVISABLE.format(cr_id=cr_id) + "; withdraw it and import a corrected file")
-    if record.state != CRState.CHANGES_REQUESTED:
-        raise ConflictError(
-            f"change request {cr_id} is {record.state.value}; only a request with changes requested can be revised"
-        )
-    info, layout = sessions.find_session(catalog, record.session_id)
-    edits = effective_edits(layout, info.session_id)
-    if not edits:
-        raise InvalidInput(f"session {info.session_id} has no edits to submit", field="session")
+    record = _revisable_request(catalog, cr_id, actor=actor)
+    info, layout, edits = _session_edits(catalog, record)
     dataset = get_dataset(catalog, record.project_id, record.dataset_id, actor=actor)
     revision = record.revision + 1
     staging = layout.staging(cr_id, revision)
@@ -1171,30 +1169,10 @@ def revise_change_request(
         digest = staging_digest(staging)
         stages = clock.timings()
         with catalog.session() as s:
-            row = s.get(ChangeRequestRow, cr_id)
-            if row is None or row.state != CRState.CHANGES_REQUESTED.value:
-                raise ConflictError(f"change request {cr_id} changed state while it was being revised")
-            row.state = CRState.OPEN.value
-            row.revision = revision
-            row.rows, row.cells, row.base_version = rows, cells, info.base_version
-            row.validation_run_id, row.validation_status = run.run_id, run.status
-            row.stages = stages_json(stages)
-            row.digest = digest
-            row.updated_at = utcnow()
-            s.add(revision_row(cr_id, revision, rows, cells, run, info.base_version, digest))
-            audit.record(
-                s,
-                ChangeRequestRevised(
-                    actor=actor.username,
-                    project_id=record.project_id,
-                    dataset_id=record.dataset_id,
-                    cr_id=cr_id,
-                    revision=revision,
-                    rows=rows,
-                    cells=cells,
-                ),
-            )
-            updated = record_from_row(row)
+            updated = _store_revision(
+                s, record, actor=actor, revision=revision, rows=rows, cells=cells, base_version=info.base_version,
+                run=run, stages=stages, digest=digest,
+            )  # fmt: skip
     except BaseException:
         remove_tree(staging)
         raise
@@ -1207,6 +1185,73 @@ def revise_change_request(
         )
     )  # fmt: skip
     return updated
+
+
+def _revisable_request(catalog: Catalog, cr_id: str, *, actor: User) -> ChangeRequest:
+    """The edit request with changes requested that its author ``actor`` revises, or why not."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    if record.author != actor.username:
+        raise PermissionDenied(f"only the author {record.author!r} can revise {cr_id}", user=actor.username)
+    require_role(catalog, actor, record.project_id, Role.EDITOR, action="revise a change request")
+    if record.kind == "import" or record.session_id is None:
+        raise ConflictError(IMPORT_NOT_REVISABLE.format(cr_id=cr_id) + "; withdraw it and import a corrected file")
+    if record.state != CRState.CHANGES_REQUESTED:
+        raise ConflictError(
+            f"change request {cr_id} is {record.state.value}; only a request with changes requested can be revised"
+        )
+    return record
+
+
+def _session_edits(
+    catalog: Catalog, record: ChangeRequest
+) -> tuple[sessions.SessionInfo, DatasetLayout, list[CellEdit]]:
+    """The request's session, its dataset's layout and its edits (there must be some)."""
+    info, layout = sessions.find_session(catalog, str(record.session_id))
+    edits = effective_edits(layout, info.session_id)
+    if not edits:
+        raise InvalidInput(f"session {info.session_id} has no edits to submit", field="session")
+    return info, layout, edits
+
+
+def _store_revision(
+    s: Session,
+    record: ChangeRequest,
+    *,
+    actor: User,
+    revision: int,
+    rows: int,
+    cells: int,
+    base_version: int,
+    run: validation.ValidationRun,
+    stages: list[StageTiming],
+    digest: str,
+) -> ChangeRequest:
+    """Open the request again at ``revision`` in session ``s``, with its revision row and audit event."""
+    cr_id = record.id
+    row = s.get(ChangeRequestRow, cr_id)
+    if row is None or row.state != CRState.CHANGES_REQUESTED.value:
+        raise ConflictError(f"change request {cr_id} changed state while it was being revised")
+    row.state = CRState.OPEN.value
+    row.revision = revision
+    row.rows, row.cells, row.base_version = rows, cells, base_version
+    row.validation_run_id, row.validation_status = run.run_id, run.status
+    row.stages = stages_json(stages)
+    row.digest = digest
+    row.updated_at = utcnow()
+    s.add(revision_row(cr_id, revision, rows, cells, run, base_version, digest))
+    audit.record(
+        s,
+        ChangeRequestRevised(
+            actor=actor.username,
+            project_id=record.project_id,
+            dataset_id=record.dataset_id,
+            cr_id=cr_id,
+            revision=revision,
+            rows=rows,
+            cells=cells,
+        ),
+    )
+    return record_from_row(row)
 
 
 # ---------------------------------------------------------------- approvals in flight

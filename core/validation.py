@@ -526,25 +526,49 @@ def validate_frame(
     ``columns``: the columns a change sets; expectations that judge only other columns
     are left out (``judges_change``) and counted as ``skipped``. None: every expectation.
     """
-    import pandas as pd
-
     import_gx()
-    from great_expectations.core.run_identifier import RunIdentifier
-    from great_expectations.validator.v1_validator import Validator
-
     suite = rules.active_suite(suite)
     run_id = new_id("run")
     digest = suite_digest(suite)
     judge = _judge_for(layout, suite, digest)
     judged, skipped = _narrowed(judge, suite, columns)
+    result = _run_suite(judge, judged, frame, run_id)
+    checks, failures = _read_results(result.results)
+    severities = {f.severity for f in failures}
+    status: Status = "failed" if "critical" in severities else "warning" if "warning" in severities else "passed"
+    run = ValidationRun(
+        run_id=run_id,
+        status=status,
+        failures=failures,
+        evaluated=len(result.results),
+        version=version,
+        suite_digest=digest,
+        checks=checks,
+        skipped=skipped,
+    )
+    metrics.validation_run(status, [(c.severity, c.success) for c in checks])
+    _store_run(layout, run, result, rows=len(frame))
+    return run
+
+
+def _run_suite(judge: _Judge, judged: Any, frame: pd.DataFrame, run_id: str) -> Any:
+    """GX's result of the expectations ``judged`` on ``frame``, named by ``run_id`` (after ``import_gx``)."""
+    import pandas as pd
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.validator.v1_validator import Validator
+
     with judge.lock, pd.option_context("mode.string_storage", "pyarrow"):
         validator = Validator(batch_definition=judge.batch, batch_parameters={"dataframe": frame})
         result = validator.validate_expectation_suite(judged)
     result.meta["run_id"] = RunIdentifier(run_name=run_id, run_time=utcnow())
+    return result
 
+
+def _read_results(results: list[Any]) -> tuple[list[Check], list[Failure]]:
+    """Each expectation's check, and the failures among them, from GX's results."""
     failures: list[Failure] = []
     checks: list[Check] = []
-    for r in result.results:
+    for r in results:
         config = r.expectation_config
         if config is None:
             continue
@@ -571,27 +595,17 @@ def validate_frame(
                 unexpected_count=details.get("unexpected_count"),
             )
         )
-    severities = {f.severity for f in failures}
-    status: Status = "failed" if "critical" in severities else "warning" if "warning" in severities else "passed"
-    run = ValidationRun(
-        run_id=run_id,
-        status=status,
-        failures=failures,
-        evaluated=len(result.results),
-        version=version,
-        suite_digest=digest,
-        checks=checks,
-        skipped=skipped,
-    )
+    return checks, failures
 
-    metrics.validation_run(status, [(c.severity, c.success) for c in checks])
-    folder = layout.validation_run(run_id)
+
+def _store_run(layout: DatasetLayout, run: ValidationRun, result: Any, *, rows: int) -> None:
+    """Write the run's summary.json and GX's full.json under audit/."""
+    folder = layout.validation_run(run.run_id)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "summary.json").write_text(
-        json.dumps({**run.summary(), "rows": len(frame), "at": utcnow().isoformat()}, indent=2)
+        json.dumps({**run.summary(), "rows": rows, "at": utcnow().isoformat()}, indent=2)
     )
     (folder / "full.json").write_text(json.dumps(result.to_json_dict(), indent=2, default=str))
-    return run
 
 
 def _sample(values: list[Any]) -> list[Any]:

@@ -167,7 +167,7 @@ def test_the_admin_page_shows_a_dead_webhook_with_its_last_error(
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             refused = f"http://127.0.0.1:{s.getsockname()[1]}/gone"  # nothing listens once closed
-        hook = notify.add_webhook(catalog, "demo", refused, "another-secret", actor=get_user(catalog, "admin"))
+        hook = notify.add_webhook(catalog, "demo", refused, "another-secret-01234", actor=get_user(catalog, "admin"))
         notify.emit(catalog, "commented", project="demo", dataset="customers", cr_id=None, actor="editor")
         now = utcnow()
         for _ in range(notify.MAX_ATTEMPTS):

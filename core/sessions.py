@@ -854,6 +854,36 @@ def _overlay_rows(
     return rows
 
 
+def session_overlay(catalog: Catalog, session_id: str, *, actor: User) -> tuple[DatasetInfo, reads.Overlay | None]:
+    """The session's dataset and the rows its edits add or change, to lay over ``main`` in a read.
+
+    ``overlay_page`` reads pages through it; other reads of the table as the session
+    sees it (a column's facet, its clusters) pass it to ``core.reads`` as well.
+
+    Raises:
+        NotFound, PermissionDenied: No such session, or not the actor's.
+    """
+    dataset, _by_row, overlay = _session_overlay(catalog, session_id, actor)
+    return dataset, overlay
+
+
+def _session_overlay(
+    catalog: Catalog, session_id: str, actor: User
+) -> tuple[DatasetInfo, dict[str, list[CellEdit]], reads.Overlay | None]:
+    info = get_session(catalog, session_id, actor=actor)
+    layout = layout_for(info.project_id, info.dataset_id)
+    dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
+    schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), dataset.version)}
+    by_row: dict[str, list[CellEdit]] = {}
+    for e in effective_edits(layout, session_id):
+        by_row.setdefault(e.row_id, []).append(e)
+    overlay = None
+    if by_row:
+        added = sum(any(e.change == "insert" and e.column is None for e in edits) for edits in by_row.values())
+        overlay = reads.Overlay(_overlay_rows(dataset, schema, by_row), added=added, key=dataset.key_column)
+    return dataset, by_row, overlay
+
+
 def overlay_page(
     catalog: Catalog,
     session_id: str,
@@ -879,17 +909,7 @@ def overlay_page(
         InvalidInput: As ``reads.read_page``.
         NotFound, PermissionDenied: No such session, or not the actor's.
     """
-    info = get_session(catalog, session_id, actor=actor)
-    layout = layout_for(info.project_id, info.dataset_id)
-    dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
-    schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), dataset.version)}
-    by_row: dict[str, list[CellEdit]] = {}
-    for e in effective_edits(layout, session_id):
-        by_row.setdefault(e.row_id, []).append(e)
-    overlay = None
-    if by_row:
-        added = sum(any(e.change == "insert" and e.column is None for e in edits) for edits in by_row.values())
-        overlay = reads.Overlay(_overlay_rows(dataset, schema, by_row), added=added, key=dataset.key_column)
+    dataset, by_row, overlay = _session_overlay(catalog, session_id, actor)
     page = reads.read_page(
         location(dataset.path),
         version=dataset.version,

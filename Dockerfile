@@ -20,6 +20,7 @@ WORKDIR /opt/oreo
 COPY requirements.txt pyproject.toml README.md ./
 RUN pip install -r requirements.txt
 COPY core ./core
+COPY interface ./interface
 COPY cli ./cli
 COPY api ./api
 COPY app ./app

@@ -33,8 +33,8 @@ from sqlalchemy.exc import IntegrityError
 from api.errors import error_document, oreo_error_document
 from core.auth import User
 from core.catalog import Catalog, IdempotencyKeyRow, OperationRow, utcnow
-from core.documents import dumps, jsonable
 from core.errors import ConflictError, NotFound, OreoError
+from interface.documents import dumps, jsonable
 
 logger = logging.getLogger("oreo.api")
 

@@ -1,5 +1,5 @@
 """The ``/api/v1`` resources. Each endpoint checks its input's shape, calls the core function the
-CLI calls, and answers with the CLI's ``--json`` document (``core.documents``).
+CLI calls, and answers with the CLI's ``--json`` document (``interface.documents``).
 
 Endpoints are plain ``def``s: FastAPI runs them in its thread pool, as core is blocking.
 """
@@ -29,7 +29,6 @@ from core import (
     change_requests,
     conflicts,
     datasets,
-    documents,
     engine,
     history,
     import_folders,
@@ -45,6 +44,7 @@ from core.catalog import Catalog, open_catalog
 from core.errors import AuthenticationFailed, InvalidInput
 from core.filters import parse_where
 from core.values import load_json
+from interface import documents
 
 
 def _is_json(request: Request) -> bool:
@@ -142,7 +142,7 @@ def _one_of_these(*alternatives: dict[str, Any]) -> dict[str, Any]:
 
 
 def _document(doc: dict[str, Any], status: int = 200) -> Response:
-    """A CLI document as the response body, encoded once (``core.documents.encode``: strict JSON)."""
+    """A CLI document as the response body, encoded once (``interface.documents.encode``: strict JSON)."""
     return Response(documents.encode(doc), status_code=status, media_type="application/json")
 
 

@@ -17,8 +17,8 @@ import typer
 
 from core import auth, sessions
 from core.catalog import Catalog, open_catalog
-from core.documents import dumps
 from core.errors import AuthenticationFailed, EngineError, InvalidInput, OreoError
+from interface.documents import dumps
 
 _logger = logging.getLogger("oreo.cli")
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 
 from core import diff
-from core.documents import row_diff_doc
 from core.errors import InvalidInput
+from interface.documents import row_diff_doc
 
 RowsOption = Annotated[
     bool, typer.Option("--rows", help="Also show the diff row by row (JSON: row_diff {rows, total, summary, ...}).")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = ("core", "cli", "api", "app", "pages", "interface")
-SOURCES = ("core", "cli", "api", "app", "pages")
+SOURCES = ("core", "interface", "cli", "api", "app", "pages")
 
 
 def _contracts() -> list[dict[str, object]]:
@@ -67,20 +67,30 @@ def test_the_import_contracts_hold_without_ignores() -> None:
     assert f"Contracts: {len(_contracts())} kept, 0 broken." in done.stdout
 
 
-def _documented_layers() -> list[tuple[str, set[str]]]:
-    """(name, modules) of each row of ARCHITECTURE.md's layer table, top to bottom."""
+def _documented_layers(section: str = "## The layers of `core/`, top to bottom") -> list[tuple[str, set[str]]]:
+    """(name, modules) of each row of the layer table under ARCHITECTURE.md's ``section``, top to bottom."""
     text = (REPO / "ARCHITECTURE.md").read_text()
-    table = text.split("## The layers of `core/`, top to bottom", 1)[1].split("\n## ", 1)[0]
+    table = text.split(section, 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:4] for line in table.splitlines() if line.startswith("| ") and "`" in line]
     return [(name.strip(), set(re.findall(r"`(\w+)`", modules))) for name, modules, _what in rows]
 
 
+def _contract_layers(contract_id: str) -> list[set[str]]:
+    [layers] = [c for c in _contracts() if c["id"] == contract_id]
+    return [set(re.split(r"\s*[|:]\s*", str(layer).strip())) for layer in layers["layers"]]  # type: ignore[attr-defined]
+
+
 def test_architecture_md_lists_the_contract_s_layers_in_order() -> None:
-    [layers] = [c for c in _contracts() if c["id"] == "core-layers"]
-    contract = [set(re.split(r"\s*[|:]\s*", str(layer).strip())) for layer in layers["layers"]]  # type: ignore[attr-defined]
     documented = _documented_layers()
-    assert [modules for _name, modules in documented] == contract
+    assert [modules for _name, modules in documented] == _contract_layers("core-layers")
     assert len({name for name, _ in documented}) == len(documented)
+
+
+def test_architecture_md_lists_the_packages_in_the_contract_s_order() -> None:
+    documented = _documented_layers("## The packages, top to bottom")
+    assert [packages for _name, packages in documented] == _contract_layers("packages")
+    root = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    assert set().union(*(packages for _name, packages in documented)) == set(root)
 
 
 def test_every_module_of_core_has_its_layer() -> None:

@@ -9,7 +9,7 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
-from core import documents
+from interface import documents
 
 
 def _frame() -> pd.DataFrame:

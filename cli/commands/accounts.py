@@ -9,8 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from cli.context import AsUser, acting_user, command_catalog, emit
-from core import auth, documents, projects, tokens, web_sessions
+from core import auth, projects, tokens, web_sessions
 from core.errors import InvalidInput
+from interface import documents
 
 user_app = typer.Typer(no_args_is_help=True, help="Local accounts.")
 token_app = typer.Typer(no_args_is_help=True, help="Personal access tokens for the HTTP API.")

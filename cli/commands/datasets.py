@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit
-from core import datasets, diff, documents, sessions
+from core import datasets, diff, sessions
 from core.filters import parse_where
 from core.reads import RowFilter
+from interface import documents
 
 dataset_app = typer.Typer(no_args_is_help=True, help="Datasets: create, list, show, read rows.")
 

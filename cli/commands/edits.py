@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit
-from core import datasets, documents, sessions
+from core import datasets, sessions
 from core.errors import InvalidInput
 from core.values import load_json
+from interface import documents
 
 session_app = typer.Typer(no_args_is_help=True, help="Live-edit sessions.")
 

@@ -9,7 +9,8 @@ import typer
 
 from cli import rows as rows_cli
 from cli.context import AsUser, acting_user, command_catalog, emit, escape_controls
-from core import documents, history
+from core import history
+from interface import documents
 
 
 def history_list(

@@ -11,9 +11,10 @@ import typer
 
 from cli import rows as rows_cli
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit, escape_controls
-from core import auth, change_requests, conflicts, datasets, diff, documents, imports, merge, resubmit, sessions
+from core import auth, change_requests, conflicts, datasets, diff, imports, merge, resubmit, sessions
 from core.catalog import Catalog
 from core.errors import InvalidInput
+from interface import documents
 
 cr_app = typer.Typer(no_args_is_help=True, help="Change requests: submit, review, approve, reject, withdraw.")
 

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from cli.context import AsUser, acting_user, command_catalog, emit
-from core import datasets, documents, rules
-from core.documents import dumps
+from core import datasets, rules
 from core.errors import InvalidInput
+from interface import documents
+from interface.documents import dumps
 
 rules_app = typer.Typer(no_args_is_help=True, help="Validation rules (a GX ExpectationSuite per dataset).")
 

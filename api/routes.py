@@ -26,6 +26,7 @@ from starlette.background import BackgroundTask
 from api import errors, jobs
 from core import (
     auth,
+    bulk,
     change_requests,
     conflicts,
     datasets,
@@ -420,6 +421,90 @@ def session_show(session_id: SessionId, user: Caller) -> Response:
     info = sessions.get_session(_catalog(), session_id, actor=user)
     edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
     return _document(documents.session_doc(info, edits))
+
+
+class SetAll(_Body):
+    value: CellValue = Field(description="The typed value every matching cell gets; null empties them")
+
+
+class ReplaceSpec(_Body):
+    find: str = Field(description="The text (or pattern) to find")
+    replace: str = Field(description="What it becomes (a regex's groups as \\1 or \\g<name>)")
+    mode: Literal["whole", "substring", "regex"] = "substring"
+    ignore_case: bool = False
+
+
+class BulkBody(_Body):
+    """One bulk change of ``column`` in every row matching ``where``: one of ``set``, ``replace`` or ``transform``."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_one_of_these(
+            {"set": {"type": "object"}}, {"replace": {"type": "object"}}, {"transform": {"type": "string"}}
+        )
+    )
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
+    where: list[str] = Field(default_factory=list, description="COLUMN OP VALUE, as the CLI's --where; ANDed")
+    column: str = Field(min_length=1)
+    set: SetAll | None = None
+    replace: ReplaceSpec | None = None
+    transform: str | None = Field(
+        default=None, description="trim, collapse, upper, lower, title, round:N, number:SEP or date:FORMAT"
+    )
+
+    def operation(self) -> bulk.Operation:
+        given = [o for o in (self.set, self.replace, self.transform) if o is not None]
+        if len(given) != 1:
+            raise InvalidInput("send exactly one of set, replace or transform", field="body")
+        if self.set is not None:
+            return bulk.SetValue(self.set.value)
+        if self.replace is not None:
+            r = self.replace
+            return bulk.Replace(r.find, r.replace, r.mode, r.ignore_case)
+        return bulk.parse_transform(str(self.transform))
+
+
+def _bulk_call(project_id: str, dataset_id: str, body: BulkBody, user: auth.User, *, preview: bool) -> dict[str, Any]:
+    operation = body.operation()
+    conditions = [parse_where(text) for text in body.where]
+    call = bulk.preview_bulk if preview else bulk.apply_bulk
+    result = call(_catalog(), project_id, dataset_id, body.column, operation, actor=user, conditions=conditions,
+                  session_id=body.session_id)  # fmt: skip
+    return {**result.to_json(), "preview": preview}
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/bulk-edits/preview", tags=["sessions"])
+def bulk_preview(project_id: ProjectId, dataset_id: DatasetId, body: BulkBody, user: Caller) -> dict[str, Any]:
+    """What a bulk change would do: the matching and changing rows and a sample, before → after; nothing is saved.
+
+    Refused (400) for a bad regular expression, more matching rows than `OREO_MAX_BULK_ROWS`, or a new
+    value the column cannot hold (naming its first rows).
+    """
+    return _bulk_call(project_id, dataset_id, body, user, preview=True)
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/bulk-edits", tags=["sessions"], status_code=201)
+def bulk_apply(project_id: ProjectId, dataset_id: DatasetId, body: BulkBody, user: Caller) -> Response:
+    """Change every matching row at once: one pending change in the session (started if none), undone as one."""
+    return _document(_bulk_call(project_id, dataset_id, body, user, preview=False), 201)
+
+
+@router.get("/sessions/{session_id}/bulk-edits", tags=["sessions"])
+def bulk_list(session_id: SessionId, user: Caller) -> dict[str, Any]:
+    """The bulk changes pending in a session, each with its summary line."""
+    info = sessions.get_session(_catalog(), session_id, actor=user)
+    changes = bulk.session_bulks(datasets.layout_for(info.project_id, info.dataset_id), session_id)
+    return {"session_id": session_id, "bulk_edits": [c.to_json() for c in changes]}
+
+
+@router.delete("/sessions/{session_id}/bulk-edits/{bulk_id}", tags=["sessions"])
+def bulk_undo(
+    session_id: SessionId,
+    bulk_id: Annotated[str, Path(pattern=ID_PATTERN, description="A bulk change's id")],
+    user: Caller,
+) -> dict[str, Any]:
+    """Undo a bulk change: each of its cells gets its value before it back (one save)."""
+    restored = bulk.undo_bulk(_catalog(), session_id, bulk_id, actor=user)
+    return {"session_id": session_id, "bulk_id": bulk_id, "restored": restored}
 
 
 # ---------------------------------------------------------------- change requests

@@ -106,6 +106,8 @@ class Settings:
     writer_wait_s: float = 300.0
     writer_lease_s: float = 3600.0
     page_size: int = 50
+    # The most rows one bulk change ("change matching rows", core.bulk) may touch.
+    max_bulk_rows: int = 1_000_000
     demo_rows: int = 100_000
     oidc_groups_claim: str = "groups"
     oidc_group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -157,6 +159,7 @@ class Settings:
             page_size=_int("OREO_PAGE_SIZE", 50),
             demo_rows=_int("OREO_DEMO_ROWS", 100_000),
             oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",
+            max_bulk_rows=_positive("OREO_MAX_BULK_ROWS", 1_000_000),
             oidc_group_roles=_group_roles(os.environ.get("OREO_OIDC_GROUP_ROLES", "")),
             smtp_host=os.environ.get("OREO_SMTP_HOST") or None,
             smtp_port=_int("OREO_SMTP_PORT", 0),

@@ -651,6 +651,47 @@ def first_emptying_condition(
     return None
 
 
+def matching_values(
+    path: Location,
+    version: int,
+    column: str,
+    *,
+    conditions: list[Condition] | None = None,
+    overlay: Overlay | None = None,
+    known_total: int | None = None,
+) -> Any:
+    """``row_id`` and ``column`` (as DuckDB text) of every row matching ``conditions``, in table order.
+
+    The table is read at ``version`` with ``overlay`` laid over it (a session's pending
+    rows), through the version held in memory when it is. Returns a pyarrow Table with the
+    columns ``row_id`` and ``value``.
+
+    Raises:
+        InvalidInput: An unknown column, or a condition that does not fit its column.
+        NotFound: No table at ``path`` or no such version.
+    """
+    _require_table(path)
+    columns = {c.name: c.type for c in table_schema(path, version)}
+    if column not in columns:
+        raise InvalidInput(f"unknown column {column!r}; columns are: {', '.join(columns)}", field="column")
+    where, where_params = where_sql(list(conditions or []), columns)
+    held = _held_version(path, version, known_total)
+    source, source_params, views = _source(path, version, overlay, columns, held)
+    if held is not None and not views:
+        source, source_params = f"oreo_base_{uuid.uuid4().hex}", []
+        cursor().register(source, held.table)
+        views.append(source)
+    try:
+        sql = (
+            f"SELECT CAST(row_id AS VARCHAR) AS row_id, CAST({quote_ident(column)} AS VARCHAR) AS value "
+            f"FROM {source}{where}"
+        )
+        return _run(sql, [*source_params, *where_params], path).to_arrow_table()
+    finally:
+        for view in views:
+            cursor().unregister(view)
+
+
 def read_rows_by_id(path: Location, row_ids: list[str], version: int | None = None) -> pd.DataFrame:
     """The rows of ``path`` whose ``row_id`` is in ``row_ids``."""
     scan, extra = _scan(version)

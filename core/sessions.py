@@ -22,6 +22,11 @@ How changes are represented. Every save appends events; the *effective* edit of 
   ``row_id`` follows the dataset's rule: its key value in a keyed dataset, else a UUID.
 * **Row delete** - a marker event with ``column = "__row__"`` and ``new_value = "delete"``.
 * **Undoing a row marker** - a newer ``__row__`` event with ``new_value`` NULL.
+* **Bulk change** (``core.bulk``) - a marker event with ``column = "__bulk__"``, ``row_id``
+  the bulk's id and ``new_value`` its description (JSON), plus one ordinary cell update
+  per changed cell whose ``validation`` is ``{"bulk": <id>}``, all in one append. Undoing
+  it appends the cells' earlier values and the marker with ``new_value`` NULL. Everything
+  downstream (diff, conflicts, validation, merge) sees only the cell updates.
 
 Only changed cells are ever stored, never full rows.
 """
@@ -41,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from core import audit, disk, metrics, reads
 from core.auth import Role, User, require_role
@@ -66,6 +72,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 ROW_MARKER = "__row__"
+BULK_MARKER = "__bulk__"
 INSERT = "insert"
 DELETE = "delete"
 MAX_SESSION_BYTES = 100 * 1024 * 1024
@@ -91,13 +98,25 @@ _seq_lock = threading.Lock()
 _last_ns = 0
 
 
-def _edit_id() -> str:
-    """Sortable by creation time within and across processes (ns clock + random tail)."""
+def _reserve_ns(count: int) -> int:
+    """The first of ``count`` consecutive clock values no other id of this process has."""
     global _last_ns
     with _seq_lock:
         now = max(time.time_ns(), _last_ns + 1)
-        _last_ns = now
-    return f"{now:020d}-{uuid.uuid4().hex[:8]}"
+        _last_ns = now + count - 1
+    return now
+
+
+def _edit_id() -> str:
+    """Sortable by creation time within and across processes (ns clock + random tail)."""
+    return f"{_reserve_ns(1):020d}-{uuid.uuid4().hex[:8]}"
+
+
+def new_edit_ids(count: int) -> pa.Array:
+    """``count`` edit ids in creation order, as ``_edit_id`` makes them (consecutive ns, one random tail)."""
+    now = _reserve_ns(count)
+    clock = pc.utf8_lpad(pa.array(np.arange(now, now + count, dtype=np.int64)).cast(pa.string()), 20, "0")
+    return pc.binary_join_element_wise(clock, uuid.uuid4().hex[:8], "-")
 
 
 @dataclass(frozen=True)
@@ -304,14 +323,14 @@ def discard_session(catalog: Catalog, session_id: str, *, actor: User, reason: s
 
 
 def _append(
-    layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]], table: DeltaTable | None
+    layout: DatasetLayout, info: SessionInfo, events: list[dict[str, Any]] | pa.Table, table: DeltaTable | None
 ) -> tuple[SessionInfo, DeltaTable | None]:
     """Commit ``events`` to ``edits.delta``; ``table`` is the session's open table, if known.
 
     Returns the updated metadata and the open table at the new version (None when this
     commit created it), so the next save skips re-reading the log.
     """
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable, WriterProperties, write_deltalake  # delta-rs: loaded when first needed
 
     path = layout.live_edit(info.session_id)
     if _session_bytes(layout, info.session_id) > MAX_SESSION_BYTES:
@@ -319,7 +338,9 @@ def _append(
             f"session {info.session_id} is over the {MAX_SESSION_BYTES // 2**20} MB limit; "
             "submit it as a change request or discard it"
         )
-    data = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
+    data = events if isinstance(events, pa.Table) else pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
+    # A bulk change's many cells: zstd halves what they take of the session's size limit.
+    properties = WriterProperties(compression="ZSTD" if data.num_rows > 1000 else "SNAPPY")
     if table is None and (path / "_delta_log").is_dir():
         table = DeltaTable(str(path), storage_options=storage_options_for(path))
     try:
@@ -330,10 +351,11 @@ def _append(
                 mode="append",
                 configuration=_EDITS_TABLE_CONFIG,
                 storage_options=storage_options_for(path),
+                writer_properties=properties,
             )
         else:
             # A commit from a stale table is still safe: delta-rs retries an append on top.
-            write_deltalake(table, data, mode="append")
+            write_deltalake(table, data, mode="append", writer_properties=properties)
         updated = SessionInfo(**{**asdict(info), "last_activity": _now().isoformat()})
         _write_metadata(layout, updated)
     except Exception as exc:  # delta-rs reports a full disk as its own error, Python as OSError
@@ -438,6 +460,11 @@ def effective_edits(layout: DatasetLayout, session_id: str) -> list[CellEdit]:
     return _fold(read_events(layout, session_id).to_pylist())
 
 
+def effective_edits_of(events: list[dict[str, Any]]) -> list[CellEdit]:
+    """The net changes of stored events (``read_events(...).to_pylist()``), as ``effective_edits``."""
+    return _fold(events)
+
+
 @dataclass(frozen=True)
 class PendingChange:
     """One change as a person counts it: a cell update, a whole added row, or a deleted row.
@@ -494,6 +521,8 @@ def _fold(events: list[dict[str, Any]]) -> list[CellEdit]:
     cells_of: dict[str, set[str]] = {}
     for event in events:
         row_id, column = event["row_id"], event["column"]
+        if column == BULK_MARKER:
+            continue  # a bulk change's description: its cells are events of their own
         if column == ROW_MARKER and event["new_value"] == INSERT:
             ever_inserted.add(row_id)
             # A (re-)insert starts from empty cells: those of an earlier, undone insert are gone.
@@ -573,7 +602,7 @@ def _seen_base_values(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     seen: dict[str, dict[str, Any]] = {}
     for e in events:
         row_id = e["row_id"]
-        if row_id in inserted:
+        if row_id in inserted or e["column"] == BULK_MARKER:
             continue
         if e["column"] != ROW_MARKER:
             seen.setdefault(row_id, {"row_id": row_id})[e["column"]] = e["old_value"]
@@ -608,6 +637,46 @@ def _base_rows(
     return base
 
 
+def editable_session(catalog: Catalog, session_id: str, *, actor: User) -> tuple[SessionInfo, DatasetLayout]:
+    """The actor's own session, still open for edits (an expired one is removed first).
+
+    Raises:
+        PermissionDenied: Not the owner, or no longer an editor.
+        ConflictError: The session expired or was submitted.
+    """
+    info, layout = find_session(catalog, session_id)
+    if info.owner != actor.username:
+        raise PermissionDenied(
+            f"session {session_id} belongs to {info.owner!r}; only its owner can edit it", user=actor.username
+        )
+    require_role(catalog, actor, info.project_id, Role.EDITOR, action="edit this dataset")
+    if _expired(info):
+        discard_session(catalog, session_id, actor=actor, reason="expired")
+        raise ConflictError(
+            f"session {session_id} expired after {get_settings().session_ttl_hours} h without activity "
+            "and was removed; start a new one"
+        )
+    if info.state not in EDITABLE:
+        raise ConflictError(f"session {session_id} was submitted as {info.cr_id}; edits go to a new session")
+    return info, layout
+
+
+def append_events(layout: DatasetLayout, info: SessionInfo, events: pa.Table) -> SessionInfo:
+    """Commit ``events`` (``EDITS_SCHEMA``, ids from ``new_edit_ids``) to a session in one append.
+
+    The caller checked the session (``editable_session``) and every value. Returns the
+    session's updated metadata.
+
+    Raises:
+        ConflictError: The session is over its size limit.
+        OutOfSpace: The disk is full (nothing was saved).
+    """
+    cached = _events_cache.pop(info.session_id, None)
+    table = cached.table if cached is not None and cached.last_activity == info.last_activity else None
+    updated, _table = _append(layout, info, events, table)
+    return updated
+
+
 def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: User) -> int:
     """Validate ``ops`` against the base table and save them in one commit.
 
@@ -626,20 +695,7 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
         InvalidInput: A value that does not fit its column, a key change, an empty batch.
         ConflictError: The session expired or is over its size limit.
     """
-    info, layout = find_session(catalog, session_id)
-    if info.owner != actor.username:
-        raise PermissionDenied(
-            f"session {session_id} belongs to {info.owner!r}; only its owner can edit it", user=actor.username
-        )
-    require_role(catalog, actor, info.project_id, Role.EDITOR, action="edit this dataset")
-    if _expired(info):
-        discard_session(catalog, session_id, actor=actor, reason="expired")
-        raise ConflictError(
-            f"session {session_id} expired after {get_settings().session_ttl_hours} h without activity "
-            "and was removed; start a new one"
-        )
-    if info.state not in EDITABLE:
-        raise ConflictError(f"session {session_id} was submitted as {info.cr_id}; edits go to a new session")
+    info, layout = editable_session(catalog, session_id, actor=actor)
     if not ops:
         raise InvalidInput("no edits given", field="edits")
     dataset = get_dataset(catalog, info.project_id, info.dataset_id, actor=actor)
@@ -830,16 +886,20 @@ EDITED_COLUMN = "_edited"
 
 
 def _overlay_rows(
-    dataset: DatasetInfo, schema: dict[str, str], by_row: dict[str, list[CellEdit]]
+    dataset: DatasetInfo, schema: dict[str, str], by_row: dict[str, list[CellEdit]], version: int | None = None
 ) -> dict[str, dict[str, str | None]]:
-    """Every row the session adds or updates, each cell as DuckDB text, edits applied."""
+    """Every row the session adds or updates, each cell as DuckDB text, edits applied.
+
+    The rows are read at ``version`` (default: the dataset's latest).
+    """
     updated = [
         row_id
         for row_id, row_edits in by_row.items()
         if any(e.column is not None and e.change == "update" for e in row_edits)
         and not any(e.change == "insert" and e.column is None for e in row_edits)
     ]
-    stored = reads.read_rows_as_text(location(dataset.path), int(dataset.version or 0), updated) if updated else {}
+    at = int(dataset.version or 0) if version is None else version
+    stored = reads.read_rows_as_text(location(dataset.path), at, updated) if updated else {}
     rows: dict[str, dict[str, str | None]] = {}
     for row_id, row_edits in by_row.items():
         inserted = any(e.change == "insert" and e.column is None for e in row_edits)
@@ -852,6 +912,18 @@ def _overlay_rows(
                 values[e.column] = e.new_value
         rows[row_id] = values
     return rows
+
+
+def overlay_at(dataset: DatasetInfo, edits: list[CellEdit], version: int) -> reads.Overlay | None:
+    """The rows ``edits`` (``effective_edits``) add or change, read at ``version``, to lay over ``main``."""
+    by_row: dict[str, list[CellEdit]] = {}
+    for e in edits:
+        by_row.setdefault(e.row_id, []).append(e)
+    if not by_row:
+        return None
+    schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), version)}
+    added = sum(any(e.change == "insert" and e.column is None for e in row) for row in by_row.values())
+    return reads.Overlay(_overlay_rows(dataset, schema, by_row, version), added=added, key=dataset.key_column)
 
 
 def session_overlay(catalog: Catalog, session_id: str, *, actor: User) -> tuple[DatasetInfo, reads.Overlay | None]:

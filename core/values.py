@@ -271,9 +271,46 @@ def canonical_text(
     if type_family(duck_type) == "text":
         return text
     row = duck.cursor().execute(f"SELECT CAST(TRY_CAST(? AS {duck_type}) AS VARCHAR)", [text]).fetchone()
-    if row is None or row[0] is None:
+    return _shown(value, text, None if row is None else row[0], column, duck_type, row_id)
+
+
+def canonical_texts(
+    values: list[Any], *, column: str, duck_type: str, allow_non_finite: bool = False
+) -> list[str | InvalidInput | None]:
+    """``canonical_text`` of many values with one DuckDB cast; a refused value's slot holds its error.
+
+    The same rules as ``canonical_text``, for a bulk change's new values (``core.bulk``).
+    """
+    out: list[str | InvalidInput | None] = []
+    pending: list[tuple[int, Any, str]] = []
+    for value in values:
+        try:
+            text = check_value(value, column=column, duck_type=duck_type, allow_non_finite=allow_non_finite)
+        except InvalidInput as exc:
+            out.append(exc)
+            continue
+        out.append(text)
+        if text is not None and type_family(duck_type) != "text":
+            pending.append((len(out) - 1, value, text))
+    if pending:
+        sql = (
+            f"SELECT CAST(TRY_CAST(t AS {duck_type}) AS VARCHAR) "
+            "FROM unnest(?::VARCHAR[]) WITH ORDINALITY AS u(t, i) ORDER BY i"
+        )
+        shown = [r[0] for r in duck.cursor().execute(sql, [[p[2] for p in pending]]).fetchall()]
+        for (slot, value, text), printed in zip(pending, shown, strict=True):
+            try:
+                out[slot] = _shown(value, text, printed, column, duck_type, None)
+            except InvalidInput as exc:
+                out[slot] = exc
+    return out
+
+
+def _shown(value: Any, text: str, printed: Any, column: str, duck_type: str, row_id: str | None) -> str:
+    """DuckDB's text ``printed`` for the checked ``text``, refused unless it is the value typed."""
+    if printed is None:
         raise _refuse(_as_text(value), column, row_id, f"is not a valid {duck_type} value")
-    shown = str(row[0])
+    shown = str(printed)
     if type_family(duck_type) in ("date", "timestamp", "timestamptz") and _OUT_OF_YEARS.match(shown):
         why = f"is {shown} in UTC, outside the years {MIN_YEAR:04d}-{MAX_YEAR}"
         raise _refuse(_as_text(value), column, row_id, why)

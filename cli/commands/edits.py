@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
-from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit
-from core import datasets, sessions
+from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit, escape_controls
+from core import bulk, datasets, sessions
 from core.errors import InvalidInput
+from core.filters import parse_where
 from core.values import load_json
 from interface import documents
 
@@ -19,7 +21,85 @@ EDIT_HELP = """Save cell edits, added rows and deleted rows to a live-edit sessi
 
 Edit options, repeatable and applied in the order given:
 --set ROW_ID COLUMN VALUE, --delete-row ROW_ID, --add-row JSON_OBJECT.
+
+Or change every row matching --where COLUMN OP VALUE (repeatable, ANDed; none: every row)
+at once, as one pending change: --set-all COLUMN VALUE, --replace COLUMN OLD NEW
+[--whole | --regex] [--ignore-case], or --transform COLUMN trim|collapse|upper|lower|title|
+round:N|number:SEP|date:FORMAT. --preview prints the counts and a sample and saves nothing;
+--null with --set-all empties the cells. --undo-bulk BULK_ID takes a bulk change back.
 """
+BULK_FLAGS = ("--where", "--set-all", "--replace", "--transform", "--preview", "--regex", "--whole",
+              "--ignore-case", "--null", "--undo-bulk")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BulkArgs:
+    """A bulk change as the command line gives it."""
+
+    where: tuple[str, ...] = ()
+    column: str | None = None
+    operation: bulk.Operation | None = None
+    preview: bool = False
+    undo: str | None = None
+
+
+def _take(args: list[str], i: int, count: int, usage: str) -> list[str]:
+    if len(args) - i <= count:
+        raise InvalidInput(f"{args[i]} needs {usage}", field="edit options")
+    return args[i + 1 : i + 1 + count]
+
+
+def _parse_bulk_args(args: list[str]) -> BulkArgs | None:
+    """The bulk-change options (None when there are none); the cell-edit options are left to _parse_edit_args."""
+    if not any(a in BULK_FLAGS for a in args):
+        return None
+    flags = {a for a in args if a in ("--preview", "--regex", "--whole", "--ignore-case", "--null")}
+    where: list[str] = []
+    chosen: list[tuple[str, list[str]]] = []
+    undo = None
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if flag in flags:
+            i += 1
+            continue
+        usage = {"--where": (1, "COLUMN OP VALUE"), "--set-all": (2, "COLUMN VALUE"), "--undo-bulk": (1, "BULK_ID"),
+                 "--replace": (3, "COLUMN OLD NEW"), "--transform": (2, "COLUMN TRANSFORM")}.get(flag)  # fmt: skip
+        if usage is None:
+            raise InvalidInput(
+                f"{flag!r} does not go with a bulk change; save cell edits separately", field="edit options"
+            )
+        if flag == "--set-all" and args[i + 2 : i + 3] == ["--null"]:  # ∅, given deliberately
+            chosen.append((flag, [args[i + 1], None]))  # type: ignore[list-item]
+            i += 3
+            continue
+        values = _take(args, i, usage[0], usage[1])
+        if flag == "--where":
+            where.append(values[0])
+        elif flag == "--undo-bulk":
+            undo = values[0]
+        else:
+            chosen.append((flag, values))
+        i += 1 + usage[0]
+    if len(chosen) + (undo is not None) != 1:
+        raise InvalidInput("give one of --set-all, --replace, --transform or --undo-bulk", field="edit options")
+    if undo is not None:
+        return BulkArgs(undo=undo)
+    flag, values = chosen[0]
+    return BulkArgs(tuple(where), values[0], _operation(flag, values, flags), preview="--preview" in flags)
+
+
+def _operation(flag: str, values: list[str], flags: set[str]) -> bulk.Operation:
+    if flag == "--set-all":
+        return bulk.SetValue(values[1])
+    if flag == "--transform":
+        return bulk.parse_transform(values[1])
+    if "--regex" in flags and "--whole" in flags:
+        raise InvalidInput("--regex and --whole do not go together", field="edit options")
+    mode: bulk.Mode = "regex" if "--regex" in flags else "whole" if "--whole" in flags else "substring"
+    return bulk.Replace(values[1], values[2], mode, ignore_case="--ignore-case" in flags)
+
+
 # ``edit`` reads its repeatable 3-value options itself, in the order given (see _parse_edit_args).
 EDIT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -64,6 +144,10 @@ def edit(
         str | None, typer.Option("--session", help="Session id (default: the user's open one).")
     ] = None,
 ) -> None:
+    bulk_args = _parse_bulk_args(list(ctx.args))
+    if bulk_args is not None:
+        _bulk_edit(project_id, dataset_id, as_user, session_id, bulk_args)
+        return
     ops = _parse_edit_args(list(ctx.args))
     if not ops:  # refused before a session is opened, so a refused edit leaves nothing behind
         raise InvalidInput(
@@ -79,6 +163,42 @@ def edit(
         check_session_on(catalog, session_id, project_id, dataset_id, actor)
         count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
     emit(documents.edit_doc(session_id, count), f"session {session_id}: {count} pending edit(s)")
+
+
+def _bulk_edit(project_id: str, dataset_id: str, as_user: str, session_id: str | None, args: BulkArgs) -> None:
+    """Preview, apply or undo one bulk change, and print what it did."""
+    catalog = command_catalog()
+    actor = acting_user(catalog, as_user)
+    if args.undo is not None:
+        info = sessions.get_session(catalog, session_id, actor=actor) if session_id else None
+        info = info or sessions.current_session(catalog, project_id, dataset_id, actor=actor)
+        if info is None:
+            raise InvalidInput(f"you have no open session on {project_id}/{dataset_id}", field="session")
+        check_session_on(catalog, info.session_id, project_id, dataset_id, actor)
+        cells = bulk.undo_bulk(catalog, info.session_id, args.undo, actor=actor)
+        doc = {"session_id": info.session_id, "bulk_id": args.undo, "restored": cells}
+        emit(doc, f"session {info.session_id}: bulk change {args.undo} undone ({cells:,} cell(s) restored)")
+        return
+    assert args.column is not None and args.operation is not None
+    conditions = [parse_where(text) for text in args.where]
+    call = bulk.preview_bulk if args.preview else bulk.apply_bulk
+    result = call(catalog, project_id, dataset_id, args.column, args.operation, actor=actor, conditions=conditions,
+                  session_id=session_id)  # fmt: skip
+    if isinstance(result, bulk.BulkPreview):
+        emit({**result.to_json(), "preview": True}, _preview_text(result))
+        return
+    doc = {**result.to_json(), "preview": False}
+    emit(doc, f"session {result.session_id}: {result.summary} (bulk change {result.bulk_id}; "
+              f"{result.matched:,} matching, {result.matched - result.changed:,} unchanged)")  # fmt: skip
+
+
+def _preview_text(preview: bulk.BulkPreview) -> str:
+    lines = [
+        f"{preview.summary} - preview, nothing was saved",
+        f"  {preview.matched:,} matching row(s): {preview.changed:,} would change, {preview.unchanged:,} unchanged",
+    ]
+    lines += [f"  row {s.row_id}: {s.before!r} -> {s.after!r}" for s in preview.sample]
+    return "\n".join(escape_controls(line) for line in lines)
 
 
 @session_app.command("show")

@@ -1,4 +1,4 @@
-"""One JSON error shape for every failure, mapped from the core exception tree by class.
+"""One JSON error shape for every failure; a core error's status and type come from ``interface.errors``' table.
 
     {"error": {"status": 404, "type": "not_found", "message": "unknown dataset 'x'"}}
 
@@ -19,31 +19,13 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
-from core.errors import (
-    AlreadyExists,
-    AuthenticationFailed,
-    ConflictError,
-    EngineError,
-    InvalidInput,
-    NotFound,
-    OreoError,
-    PermissionDenied,
-    ValidationFailed,
-)
+from core.errors import OreoError
+from interface import errors
+from interface.errors import error_document
 
 logger = logging.getLogger("oreo.api")
 
-# Most specific first: the first class an error is an instance of decides.
-_STATUS: tuple[tuple[type[OreoError], int, str], ...] = (
-    (AuthenticationFailed, 401, "unauthenticated"),
-    (PermissionDenied, 403, "permission_denied"),
-    (NotFound, 404, "not_found"),
-    (AlreadyExists, 409, "already_exists"),
-    (ConflictError, 409, "conflict"),
-    (ValidationFailed, 422, "validation_failed"),
-    (InvalidInput, 400, "invalid_input"),
-    (EngineError, 503, "engine_unavailable"),
-)
+# The types of the errors Starlette and FastAPI raise themselves (a core error's come from the table).
 _HTTP_TYPES = {
     400: "invalid_input",
     401: "unauthenticated",
@@ -85,29 +67,12 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def error_document(status: int, kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"error": {"status": status, "type": kind, "message": message, **extra}}
-
-
-def status_of(exc: OreoError) -> tuple[int, str]:
-    for cls, status, kind in _STATUS:
-        if isinstance(exc, cls):
-            return status, kind
-    return 500, "internal_error"
-
-
 def oreo_error_document(exc: OreoError) -> tuple[int, dict[str, Any]]:
     """The status and body an ``OreoError`` is answered with (engine errors say only their first line)."""
-    status, kind = status_of(exc)
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    extra: dict[str, Any] = {}
-    if isinstance(exc, ValidationFailed) and exc.offending:
-        extra["offending"] = list(exc.offending)
-    if isinstance(exc, InvalidInput) and exc.field:
-        extra["field"] = exc.field
-    if status >= 500:
-        logger.error("request failed: %s", message, exc_info=exc)
-    return status, error_document(status, kind, message, **extra)
+    status, body, logged = errors.oreo_error_document(exc)
+    if logged:
+        logger.error("request failed: %s", body["error"]["message"], exc_info=exc)
+    return status, body
 
 
 def error_response(status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> JSONResponse:

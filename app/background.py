@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 from core import merge
 from core.errors import OreoError
+from interface import errors
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -189,7 +190,10 @@ def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None, reviewe
             expected_digest=reviewed[1],
         )
     except OreoError as exc:
-        _finish(cr_id, error=str(exc))
+        shown = errors.on_a_page(exc)
+        if shown.logged:
+            log.error("the background approval of %s failed: %s", cr_id, shown.text, exc_info=exc)
+        _finish(cr_id, error=shown.text)
     except Exception as exc:  # the thread must always leave an outcome; the full trace goes to the log
         log.exception("the background approval of %s failed", cr_id)
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

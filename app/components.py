@@ -6,6 +6,7 @@ Pages call core and render; everything they share lives here so each page stays 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,9 @@ from core.catalog import Catalog, open_catalog, utcnow
 from core.config import get_settings
 from core.datasets import list_datasets
 from core.errors import OreoError
+from interface import errors
+
+_log = logging.getLogger("oreo.app")
 
 USER_KEY = "oreo_username"
 METHOD_KEY = "oreo_auth_method"
@@ -50,13 +54,26 @@ def catalog() -> Catalog:
     return open_catalog()
 
 
+def error_message(exc: OreoError) -> str:
+    """What a page says of ``exc``, as ``interface.errors``' table says (an engine failure's whole text is logged)."""
+    shown = errors.on_a_page(exc)
+    if shown.logged:
+        _log.error("a page's call failed: %s", shown.text, exc_info=exc)
+    return shown.text
+
+
+def show_error(exc: OreoError) -> None:
+    """Show ``exc`` where the page is, as one clean message instead of a traceback."""
+    st.error(error_message(exc), icon=":material/error:")
+
+
 @contextmanager
 def oreo_errors() -> Iterator[None]:
     """Show an ``OreoError`` as one clean message instead of a traceback."""
     try:
         yield
     except OreoError as exc:
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
 
 
 def readable_captions() -> None:
@@ -240,7 +257,7 @@ def _sign_in_with_identity(presented: str | None) -> auth.User | None:
             group_roles=settings.oidc_group_roles,
         )
     except OreoError as exc:
-        st.error(str(exc))
+        st.error(error_message(exc))
         return None
     sign_in(user, "oidc")
     st.session_state[_FRESH_SSO_KEY] = True

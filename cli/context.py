@@ -2,7 +2,7 @@
 
 The lowest module of ``cli/``: the families in ``cli/commands/`` import it, it imports none of them,
 and ``cli/main.py`` composes them. ``run_command`` is the one place a command's failure becomes an
-exit code and one ``error: ...`` line on stderr.
+exit code and one ``error: ...`` line on stderr, as ``interface.errors``' table says.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import typer
 
 from core import auth, sessions
 from core.catalog import Catalog, open_catalog
-from core.errors import AuthenticationFailed, EngineError, InvalidInput, OreoError
+from core.errors import AuthenticationFailed, InvalidInput, OreoError
+from interface import errors
 from interface.documents import dumps
 
 _logger = logging.getLogger("oreo.cli")
@@ -94,8 +95,11 @@ def run_command(app: typer.Typer, argv: list[str] | None, log: Path) -> int:
         exc.show()
         return int(getattr(exc, "exit_code", 2) or 2)
     except OreoError as exc:
-        sys.stderr.write(f"error: {_oreo_error_line(exc, log)}\n")
-        return 1
+        shown = errors.on_one_line(exc, log)
+        if shown.logged:  # the error, not the arguments: a --dsn may carry a password
+            _logger.error("the command failed", exc_info=exc)
+        sys.stderr.write(f"error: {shown.text}\n")
+        return shown.rule.exit_code
     except Exception as exc:  # a bug or an untranslated library error: still one line, the rest logged
         _logger.error("the command failed", exc_info=exc)
         text = str(exc).strip()
@@ -103,15 +107,3 @@ def run_command(app: typer.Typer, argv: list[str] | None, log: Path) -> int:
         sys.stderr.write(f"error: unexpected {type(exc).__name__}: {first} (details in {log})\n")
         return 1
     return 0
-
-
-def _oreo_error_line(exc: OreoError, log: Path) -> str:
-    """The message of a refused command; an engine failure's is logged in full and shortened to its first line."""
-    message = str(exc)
-    if isinstance(exc, EngineError) or "\n" in message:
-        # Not the arguments: a --dsn may carry a password.
-        _logger.error("the command failed", exc_info=exc)
-        message = message.strip().splitlines()[0] if message.strip() else type(exc).__name__
-        if "details in " not in message:
-            message += f" (details in {log})"
-    return message

@@ -20,6 +20,7 @@ from cli import context
 from cli.commands import accounts, admin, datasets, edits, history, migrate, notify, review, rules
 from core import engine, logs, reactions
 from core.errors import OreoError
+from interface import errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Oreo: review console for Delta Lake tables.")
 
@@ -66,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log = logs.oreo_log()
     except OreoError as exc:  # a malformed setting: there is no data root to log into yet
-        sys.stderr.write(f"error: {exc}\n")
-        return 1
+        shown = errors.on_one_line(exc)
+        sys.stderr.write(f"error: {shown.text}\n")
+        return shown.rule.exit_code
     reactions.install()  # notifications and metrics follow the domain's events, once per process
     with logs.library_logging_to_file(log):
         return context.run_command(app, argv, log)

@@ -15,6 +15,7 @@ from app.components import (
     local_time,
     oreo_errors,
     require_user,
+    show_error,
     show_flash,
     split_dataset,
     wait_for_engine,
@@ -103,7 +104,7 @@ def run_with_progress(title: str, project_id: str, dataset_id: str, **actions: A
     except OreoError as exc:
         # Shown where the button is; the rest of the page (the other steps) still draws.
         bar.empty()
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
         return
     st.session_state[REPORT_KEY] = (title, report)
     flash(f"{title} finished.")

@@ -17,9 +17,11 @@ from app.components import (
     DATASET_KEY,
     catalog,
     dataset_options,
+    error_message,
     flash,
     oreo_errors,
     require_user,
+    show_error,
     show_flash,
     split_dataset,
     status_badge,
@@ -90,7 +92,7 @@ def read_file(uploaded: UploadedFile, sheet: str | None) -> None:
             )
     except OreoError as exc:
         bar.empty()
-        message = str(exc)
+        message = error_message(exc)
         st.session_state["import_failed"] = (uploaded.file_id, sheet, message)
         st.error(message, icon=":material/error:")
         return
@@ -185,7 +187,7 @@ def submit(plan: imports.ImportPlan, title: str, description: str) -> None:
         )
     except OreoError as exc:
         status.update(label="Not submitted", state="error")
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
         return
     status.update(label=f"Submitted {cr.id}", state="complete")
     keep_upload(choice, None)  # the request keeps the upload now
@@ -212,7 +214,7 @@ def show_upload(upload: imports.Upload) -> None:
     try:
         plan = planned(upload, mode, key, info.version)
     except OreoError as exc:
-        st.error(str(exc), icon=":material/error:")
+        show_error(exc)
     if plan is not None:
         _describe_plan(upload, plan)
     _show_submit_form(upload, plan)

@@ -39,13 +39,11 @@ from core import (
     merge,
     projects,
     sessions,
-    tokens,
 )
-from core.catalog import Catalog, open_catalog
-from core.errors import AuthenticationFailed, InvalidInput
+from core.errors import InvalidInput
 from core.filters import parse_where
 from core.values import load_json
-from interface import documents
+from interface import context, documents
 
 
 def _is_json(request: Request) -> bool:
@@ -91,19 +89,16 @@ _ACCEPTED: dict[int | str, dict[str, Any]] = {
 _bearer = HTTPBearer(auto_error=False, description="A personal access token from `oreo token create`.")
 
 
-def _catalog() -> Catalog:
-    return open_catalog()
+# The configured catalog (``interface.context``), which every route works on.
+_catalog = context.catalog
 
 
 def caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> auth.User:
     """The user the request's bearer token acts as (with the token's scope); its id goes into the audit log."""
-    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials.strip():
-        raise AuthenticationFailed(
-            "missing 'Authorization: Bearer <token>' header; create a token with `oreo token create`"
-        )
-    user = tokens.authenticate_token(_catalog(), credentials.credentials)
+    bearer = credentials is not None and credentials.scheme.lower() == "bearer"
+    user = context.token_user(credentials.credentials if credentials is not None and bearer else None)
     request.state.username = user.username
     tags = getattr(request.state, "audit_tags", None)
     if tags is not None and user.scope is not None:
@@ -190,15 +185,6 @@ def _act(request: Request, user: auth.User, kind: str, body: Any, work: jobs.Wor
     if key is not None:
         jobs.settle_key(catalog, user, key, answer if answer.status < 500 else None)
     return _respond(answer)
-
-
-def _session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
-    info = sessions.get_session(catalog, session_id, actor=actor)
-    if (info.project_id, info.dataset_id) != (project_id, dataset_id):
-        raise InvalidInput(
-            f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}",
-            field="session_id",
-        )
 
 
 # ---------------------------------------------------------------- health and operations
@@ -299,7 +285,7 @@ def dataset_rows(
     """
     catalog = _catalog()
     if session_id is not None:
-        _session_on(catalog, session_id, project_id, dataset_id, user)
+        context.session_on(catalog, session_id, project_id, dataset_id, user)
         if version is not None:
             raise InvalidInput("session_id shows pending edits over the latest version; drop version", field="version")
     elif where:
@@ -411,7 +397,7 @@ def edit(project_id: ProjectId, dataset_id: DatasetId, body: EditsBody, user: Ca
         info, count = sessions.save_edits(catalog, project_id, dataset_id, ops, actor=user)
         session_id = info.session_id
     else:
-        _session_on(catalog, session_id, project_id, dataset_id, user)
+        context.session_on(catalog, session_id, project_id, dataset_id, user)
         count = sessions.apply_edits(catalog, session_id, ops, actor=user)
     return documents.edit_doc(session_id, count)
 
@@ -524,7 +510,7 @@ def cr_submit(
     catalog = _catalog()
 
     def work() -> tuple[int, dict[str, Any]]:
-        _session_on(catalog, body.session_id, project_id, dataset_id, user)
+        context.session_on(catalog, body.session_id, project_id, dataset_id, user)
         cr = change_requests.submit_change_request(
             catalog, body.session_id, actor=user, title=body.title, description=body.description
         )

@@ -17,11 +17,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import streamlit as st
 
 from core import auth, engine, notify, web_sessions
-from core.catalog import Catalog, open_catalog, utcnow
+from core.catalog import utcnow
 from core.config import get_settings
 from core.datasets import list_datasets
 from core.errors import OreoError
-from interface import errors
+from interface import context, errors
 
 _log = logging.getLogger("oreo.app")
 
@@ -50,8 +50,8 @@ READABLE_CAPTIONS = """
 """
 
 
-def catalog() -> Catalog:
-    return open_catalog()
+# The configured catalog (``interface.context``), which every page works on.
+catalog = context.catalog
 
 
 def error_message(exc: OreoError) -> str:

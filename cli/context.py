@@ -15,9 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from core import auth, sessions
-from core.catalog import Catalog, open_catalog
-from core.errors import AuthenticationFailed, InvalidInput, OreoError
+from core.errors import OreoError
+from interface import context as lookups
 from interface import errors
 from interface.documents import dumps
 
@@ -57,28 +56,12 @@ def escape_controls(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1] for ch in text)
 
 
-def command_catalog() -> Catalog:
-    """The catalog a command works on (the configured one)."""
-    return open_catalog()
-
-
-def acting_user(catalog: Catalog, username: str | None) -> auth.User:
-    """The user ``--as`` names (refused if disabled), or the local operator without ``--as``."""
-    if username is None:
-        return auth.SYSTEM
-    user = auth.get_user(catalog, username)
-    if user.disabled:
-        raise AuthenticationFailed(f"cannot act as {username!r}: {auth.DISABLED_MESSAGE}")
-    return user
-
-
-def check_session_on(catalog: Catalog, session_id: str, project_id: str, dataset_id: str, actor: auth.User) -> None:
-    """Refuse a session that belongs to another dataset than the one named."""
-    info = sessions.get_session(catalog, session_id, actor=actor)
-    if (info.project_id, info.dataset_id) != (project_id, dataset_id):
-        raise InvalidInput(
-            f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}"
-        )
+# The look-ups every front end makes (``interface.context``), by the names the command families use:
+# the configured catalog, the user ``--as`` names (the local operator without it), and a session
+# refused if it belongs to another dataset than the one named.
+command_catalog = lookups.catalog
+acting_user = lookups.acting_user
+check_session_on = lookups.session_on
 
 
 def run_command(app: typer.Typer, argv: list[str] | None, log: Path) -> int:

@@ -258,6 +258,14 @@ SMALL_MERGE_CONFS = {
     # Profiled job by job on the 100,000-row demo table (1 cell and 8 rows, interleaved, load
     # 35-50): 16-18 tasks per MERGE became 10-12, and the time in Spark jobs 12-40 s -> 4.5-15 s.
     "spark.databricks.delta.snapshotPartitions": "1",
+    # Whole-stage code generation writes, formats and compiles Java for every plan of the
+    # MERGE's dozen jobs, each run over a few thousand rows. A JFR profile of 6 warm approvals
+    # on the 100,000-row demo put 31% of the JVM's CPU samples in code generation (10% in
+    # CodeFormatter.stripExtraNewLinesAndComments alone). Interleaved A/B, 10 approvals each
+    # (1 cell and 8 rows, load 6-11): 3.07 CPU-s per approval without it against 3.59, and a
+    # median of 6.1 s against 8.0 s. Expression code generation stays on: interpreted, Delta's
+    # per-row statistics tracker took 21% of the samples (NO_CODEGEN, profiled the same way).
+    "spark.sql.codegen.wholeStage": "false",
 }
 # A small MERGE rewrites the files it touches instead of writing deletion vectors when they
 # hold at most this many main files' worth of bytes (engine.MAIN_FILE_BYTES each), so a

@@ -723,11 +723,20 @@ def role_in(catalog: Catalog, user: User, project_id: str) -> Role | None:
     """The user's role in a project; site admins are admins everywhere; a token's scope narrows it."""
     site_admin = user.scope.account_site_admin if user.scope is not None else user.site_admin
     if site_admin:
+        return role_within(None, user, project_id)
+    with catalog.session() as s:
+        return role_within(s, user, project_id)
+
+
+def role_within(s: Session | None, user: User, project_id: str) -> Role | None:
+    """``role_in`` inside a unit of work of the caller's (``s`` may be None for a site admin)."""
+    site_admin = user.scope.account_site_admin if user.scope is not None else user.site_admin
+    if site_admin:
         held: Role | None = Role.ADMIN
     else:
-        with catalog.session() as s:
-            member = s.get(MembershipRow, (project_id, user.id))
-            held = Role(member.role) if member is not None else None
+        assert s is not None, "a member's role is read from the catalog"
+        member = s.get(MembershipRow, (project_id, user.id))
+        held = Role(member.role) if member is not None else None
     return user.scope.narrow(project_id, held) if user.scope is not None else held
 
 

@@ -358,6 +358,20 @@ class OperationRow(Base):
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
+class PresenceRow(Base):
+    """Who has a page open (core.presence): one row per person and page, beaten while the page is open."""
+
+    __tablename__ = "presence"
+
+    page: Mapped[str] = mapped_column(String(140), primary_key=True)  # "table/<project>/<dataset>", "review/<cr>"
+    username: Mapped[str] = mapped_column(String(63), primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(16))
+    since: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class Catalog:
     """A migrated catalog database and its session factory."""
 

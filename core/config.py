@@ -123,6 +123,10 @@ class Settings:
     # Webhooks may only reach public addresses, except the hosts (names or addresses) listed here.
     webhook_allowed_hosts: tuple[str, ...] = ()
     delivery_deadline_s: float = 10.0  # the whole of one email or webhook delivery, connect to answer
+    # Presence (core.presence): a person leaves a page this long after its last heartbeat; pages beat and
+    # look for news every presence_refresh_s (0: no presence, no live notices).
+    presence_idle_s: int = 60
+    presence_refresh_s: int = 5
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -173,6 +177,8 @@ class Settings:
             notify_interval_s=_int("OREO_NOTIFY_INTERVAL_S", 30),
             webhook_allowed_hosts=_hosts("OREO_WEBHOOK_ALLOWED_HOSTS"),
             delivery_deadline_s=float(_positive("OREO_DELIVERY_DEADLINE_S", 10)),
+            presence_idle_s=_positive("OREO_PRESENCE_IDLE_S", 60),
+            presence_refresh_s=_between("OREO_PRESENCE_REFRESH_S", 5, 0, 60),
         )
 
 

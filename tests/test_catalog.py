@@ -28,6 +28,7 @@ TABLES = {
     "webhooks", "notify_outbox", "notify_inbox",
     "cr_revisions",
     "api_tokens", "api_idempotency_keys", "api_operations",
+    "presence",
 }  # fmt: skip
 
 

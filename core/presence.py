@@ -1,0 +1,241 @@
+"""Presence: who else has a Table page (a dataset) or a Review page (a change request) open now.
+
+An open page *beats* every ``presence_refresh_s`` seconds (``OREO_PRESENCE_REFRESH_S``, 5 by
+default): one unit of work on the catalog that
+
+* checks that the person still holds a role in the page's project (no role: no presence,
+  neither shown nor seen),
+* writes their row (``PresenceRow``: page, person, name, role, since when, seen at),
+* deletes every row older than the idle time (``OREO_PRESENCE_IDLE_S``, 60 s), so the table
+  cleans itself up with no background job, on any replica,
+* and reads back who else is on the page, with what the page watches for news: the
+  dataset's version (the Table page) or the request's state, revision and comments (the
+  Review page).
+
+So one open page costs one catalog write and one read per beat, and what it shows is the
+same on every app replica that shares the catalog. A person who closes the page (or whose
+browser stops beating) drops out ``presence_idle_s`` after their last beat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from core.auth import Role, User, role_within
+from core.catalog import Catalog, ChangeRequestRow, CommentRow, DatasetRow, PresenceRow, utcnow
+from core.config import get_settings
+from core.errors import NotFound, PermissionDenied
+from core.layout import validate_id
+
+PageKind = Literal["table", "review"]
+
+
+@dataclass(frozen=True)
+class PageRef:
+    """A page people can be on together: a dataset's Table page or a change request's Review page."""
+
+    kind: PageKind
+    project_id: str
+    target: str  # the dataset id, or the change request id
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.project_id}/{self.target}"
+
+
+def table_page(project_id: str, dataset_id: str) -> PageRef:
+    """The Table page of a dataset."""
+    validate_id(project_id, kind="project id")
+    validate_id(dataset_id, kind="dataset id")
+    return PageRef("table", project_id, dataset_id)
+
+
+def review_page(catalog: Catalog, cr_id: str) -> PageRef:
+    """The Review page of a change request.
+
+    Raises:
+        NotFound: No such change request.
+    """
+    validate_id(cr_id, kind="change request id")
+    with catalog.session() as s:
+        row = s.get(ChangeRequestRow, cr_id)
+        if row is None:
+            raise NotFound(f"unknown change request {cr_id!r}", kind="change_request", ident=cr_id)
+        return PageRef("review", row.project_id, cr_id)
+
+
+@dataclass(frozen=True)
+class Present:
+    """Someone on a page: who, their role in its project, since when and when last seen."""
+
+    username: str
+    name: str
+    role: str
+    since: datetime
+    seen_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "username": self.username,
+            "name": self.name,
+            "role": self.role,
+            "since": self.since.isoformat(),
+            "seen_at": self.seen_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class RequestMark:
+    """What the Review page watches of its request: a change to any of it is news."""
+
+    state: str
+    revision: int
+    comments: int
+    author: str
+    closed_by: str | None
+    last_comment_by: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "revision": self.revision,
+            "comments": self.comments,
+            "author": self.author,
+            "closed_by": self.closed_by,
+            "last_comment_by": self.last_comment_by,
+        }
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What one heartbeat of a page read back."""
+
+    others: list[Present]
+    version: int | None = None  # the dataset's version (Table page)
+    request: RequestMark | None = None  # the request as it is now (Review page)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "others": [p.to_json() for p in self.others],
+            "version": self.version,
+            "request": self.request.to_json() if self.request is not None else None,
+        }
+
+
+def _idle() -> timedelta:
+    return timedelta(seconds=get_settings().presence_idle_s)
+
+
+def _role(s: Session, page: PageRef, actor: User) -> Role:
+    role = role_within(s, actor, page.project_id)
+    if role is None:
+        raise PermissionDenied(
+            f"{actor.username!r} has no role in project {page.project_id!r}, so sees no one there",
+            user=actor.username,
+            project_id=page.project_id,
+            required=Role.EDITOR.value,
+        )
+    return role
+
+
+def beat(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
+    """Mark ``actor`` on ``page`` now, drop everyone idle, and read who else is there (module docstring).
+
+    Returns:
+        The others on the page (longest there first) and what the page watches.
+
+    Raises:
+        PermissionDenied: ``actor`` has no role in the page's project (nothing is written).
+    """
+    now = utcnow()
+    with catalog.session() as s:
+        role = _role(s, page, actor)
+        s.execute(delete(PresenceRow).where(PresenceRow.seen_at < now - _idle()))
+        row = s.get(PresenceRow, (page.key, actor.username))
+        if row is None:
+            s.add(
+                PresenceRow(
+                    page=page.key, username=actor.username, project_id=page.project_id, name=actor.label,
+                    role=role.value, since=now, seen_at=now,
+                )
+            )  # fmt: skip
+        else:
+            row.seen_at, row.role, row.name = now, role.value, actor.label
+        s.flush()
+        return _read(s, page, actor, now)
+
+
+def present(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
+    """Who else is on ``page`` now, read only (``actor`` is not marked there).
+
+    Raises:
+        PermissionDenied: ``actor`` has no role in the page's project.
+    """
+    now = utcnow()
+    with catalog.session() as s:
+        _role(s, page, actor)
+        return _read(s, page, actor, now)
+
+
+def leave(catalog: Catalog, page: PageRef, *, actor: User) -> None:
+    """``actor`` left ``page``: the others stop seeing them at once."""
+    with catalog.session() as s:
+        s.execute(delete(PresenceRow).where(PresenceRow.page == page.key, PresenceRow.username == actor.username))
+
+
+def _read(s: Session, page: PageRef, actor: User, now: datetime) -> Beat:
+    rows = s.scalars(
+        select(PresenceRow)
+        .where(PresenceRow.page == page.key, PresenceRow.username != actor.username)
+        .where(PresenceRow.seen_at >= now - _idle())
+        .order_by(PresenceRow.since, PresenceRow.username)
+    ).all()
+    others = [Present(r.username, r.name, r.role, r.since, r.seen_at) for r in rows]
+    if page.kind == "table":
+        dataset = s.get(DatasetRow, (page.project_id, page.target))
+        return Beat(others, version=None if dataset is None else dataset.delta_version)
+    return Beat(others, request=_request_mark(s, page.target))
+
+
+def _request_mark(s: Session, cr_id: str) -> RequestMark | None:
+    row = s.get(ChangeRequestRow, cr_id)
+    if row is None:
+        return None
+    count = s.scalar(select(func.count()).select_from(CommentRow).where(CommentRow.cr_id == cr_id)) or 0
+    last = s.scalar(select(CommentRow.author).where(CommentRow.cr_id == cr_id).order_by(CommentRow.id.desc()).limit(1))
+    return RequestMark(row.state, row.revision or 1, int(count), row.author, row.closed_by, last)
+
+
+def request_news(before: RequestMark, after: RequestMark, *, me: str) -> list[str]:
+    """What someone other than ``me`` did to a request between two marks, one sentence each (may be empty)."""
+    news: list[str] = []
+    if after.revision > before.revision and after.author != me:
+        news.append(f"{after.author} revised it: revision {after.revision} is the one to review now")
+    if after.comments > before.comments and after.last_comment_by not in (None, me):
+        added = after.comments - before.comments
+        news.append(f"{after.last_comment_by} commented" + (f" ({added} new comments)" if added > 1 else ""))
+    if after.state != before.state:
+        by = after.closed_by or (after.author if after.state == "open" else None)
+        if by != me:
+            news.append(f"{by or 'someone'} changed its state to {after.state.replace('_', ' ')}")
+    return news
+
+
+def describe(others: list[Present], *, now: datetime | None = None) -> str:
+    """The others on a page in one line: "Bob (editor, for 3 min), Ann (approver, for 20 s)"."""
+    at = now or utcnow()
+    return ", ".join(f"{p.name} ({p.role}, {_for(at - p.since)})" for p in others)
+
+
+def _for(spent: timedelta) -> str:
+    seconds = max(0, int(spent.total_seconds()))
+    if seconds < 60:
+        return f"for {seconds} s"
+    if seconds < 3600:
+        return f"for {seconds // 60} min"
+    return f"for {seconds // 3600} h {seconds % 3600 // 60} min"

@@ -87,7 +87,17 @@ class Transform:
     fmt: str = ""
 
 
-Operation = SetValue | Replace | Transform
+@dataclass(frozen=True)
+class Recode:
+    """Whole values replaced by others: a cell whose text is ``old`` in a pair ``(old, new)`` becomes ``new``.
+
+    A cluster merge (``core.clusters``) is one: every value of each merged cluster becomes its chosen value.
+    """
+
+    pairs: tuple[tuple[str, str], ...]
+
+
+Operation = SetValue | Replace | Transform | Recode
 
 
 def parse_transform(spec: str) -> Transform:
@@ -122,6 +132,8 @@ def operation_json(operation: Operation) -> dict[str, Any]:
     if isinstance(operation, Replace):
         return {"kind": "replace", "find": operation.find, "replace": operation.replace, "mode": operation.mode,
                 "ignore_case": operation.ignore_case}  # fmt: skip
+    if isinstance(operation, Recode):
+        return {"kind": "recode", "pairs": [list(pair) for pair in operation.pairs]}
     return {"kind": "transform", "name": operation.name, "places": operation.places, "fmt": operation.fmt}
 
 
@@ -130,6 +142,8 @@ def _operation_from_json(doc: dict[str, Any]) -> Operation:
         return SetValue(doc["value"])
     if doc["kind"] == "replace":
         return Replace(doc["find"], doc["replace"], doc["mode"], bool(doc["ignore_case"]))
+    if doc["kind"] == "recode":
+        return Recode(tuple((str(old), str(new)) for old, new in doc["pairs"]))
     return Transform(doc["name"], int(doc["places"]), doc["fmt"])
 
 
@@ -141,6 +155,8 @@ def summary(column: str, operation: Operation, rows: int) -> str:
         kind = {"whole": "replace value", "substring": "find", "regex": "find regex"}[operation.mode]
         case = " (any case)" if operation.ignore_case else ""
         what = f"{kind} {operation.find!r} → {operation.replace!r}{case}"
+    elif isinstance(operation, Recode):
+        what = _recode_summary(operation)
     elif operation.name == "round":
         what = f"round to {operation.places} places"
     elif operation.name in ("number", "date"):
@@ -148,6 +164,19 @@ def summary(column: str, operation: Operation, rows: int) -> str:
     else:
         what = operation.name
     return f"{column}: {what} in {rows:,} row{'' if rows == 1 else 's'}"
+
+
+def _recode_summary(operation: Recode) -> str:
+    """``merge 'N.Y.', 'NY' → 'New York'`` (a few values shown, the rest counted)."""
+    targets: dict[str, list[str]] = {}
+    for old, new in operation.pairs:
+        targets.setdefault(new, []).append(old)
+    shown = []
+    for new, olds in list(targets.items())[:2]:
+        more = f" +{len(olds) - 3}" if len(olds) > 3 else ""
+        shown.append(f"{', '.join(repr(o) for o in olds[:3])}{more} → {new!r}")
+    rest = f"; and {len(targets) - 2} more clusters" if len(targets) > 2 else ""
+    return f"merge {'; '.join(shown)}{rest}"
 
 
 # ---------------------------------------------------------------- the value of one cell
@@ -161,7 +190,7 @@ class _Refused(Exception):
         self.why = why
 
 
-def value_function(operation: Replace | Transform, family: str) -> Callable[[str], str]:
+def value_function(operation: Replace | Transform | Recode, family: str) -> Callable[[str], str]:
     """The function from a cell's current text to its new text (None cells stay None).
 
     Raises:
@@ -170,6 +199,11 @@ def value_function(operation: Replace | Transform, family: str) -> Callable[[str
     """
     if isinstance(operation, Replace):
         return _replacer(operation)
+    if isinstance(operation, Recode):
+        table = dict(operation.pairs)
+        if not table or len(table) != len(operation.pairs):
+            raise InvalidInput("a recode needs each value to replace once, and at least one", field="pairs")
+        return lambda text: table.get(text, text)
     name = operation.name
     if name in TEXT_TRANSFORMS and family != "text":
         raise InvalidInput(f"transform {name} applies to text columns; this one holds {family} values")

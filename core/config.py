@@ -109,6 +109,8 @@ class Settings:
     # The most rows one bulk change ("change matching rows", core.bulk) may touch.
     max_bulk_rows: int = 1_000_000
     demo_rows: int = 100_000
+    # Nearest-neighbour clustering (core.clusters) of a column with at most this many distinct values.
+    cluster_max_values: int = 20_000
     oidc_groups_claim: str = "groups"
     oidc_group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Notifications (core.notify): email over SMTP is on when a host is set.
@@ -162,6 +164,7 @@ class Settings:
             writer_lease_s=float(_int("OREO_WRITER_LEASE_S", 3600)),
             page_size=_int("OREO_PAGE_SIZE", 50),
             demo_rows=_int("OREO_DEMO_ROWS", 100_000),
+            cluster_max_values=_positive("OREO_CLUSTER_MAX_VALUES", 20_000),
             oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",
             max_bulk_rows=_positive("OREO_MAX_BULK_ROWS", 1_000_000),
             oidc_group_roles=_group_roles(os.environ.get("OREO_OIDC_GROUP_ROLES", "")),

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
@@ -610,6 +612,52 @@ def read_page(
             cursor().unregister(view)
     metrics.page_read(time.perf_counter() - started)
     return Page(rows=frame, total=total)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The rows one read sees (a table version, overlaid, filtered), for a query that aggregates them.
+
+    ``columns`` are the table's names and DuckDB types; ``run`` names the rows ``rows``.
+    """
+
+    path: Location
+    sql: str
+    params: list[Any]
+    columns: dict[str, str]
+
+    def run(self, query: str, params: list[Any] | None = None) -> duckdb.DuckDBPyConnection:
+        """``WITH rows AS (the selection) <query>``, its parameters after the selection's.
+
+        Raises:
+            NotFound, EngineError: As ``read_page`` (a damaged table is named).
+        """
+        return _run(f"WITH rows AS ({self.sql}) {query}", [*self.params, *(params or [])], self.path)
+
+
+@contextmanager
+def selection(
+    path: Location,
+    *,
+    version: int | None = None,
+    conditions: list[Condition] | None = None,
+    overlay: Overlay | None = None,
+) -> Iterator[Selection]:
+    """The rows ``read_page`` would page through (without an order), while the block runs.
+
+    Raises:
+        InvalidInput: As ``read_page``.
+        NotFound: No table at ``path`` or no such version.
+    """
+    _require_table(path)
+    columns = {c.name: c.type for c in table_schema(path, version)}
+    where, where_params = where_sql(list(conditions or []), columns)
+    source, source_params, views = _source(path, version, overlay, columns)
+    try:
+        yield Selection(path, f"SELECT * FROM {source}{where}", [*source_params, *where_params], columns)
+    finally:
+        for view in views:
+            cursor().unregister(view)
 
 
 def first_emptying_condition(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app.bulk_views import bulk_summaries
 from app.formatting import display_value
 from core import change_requests, history
 from core.auth import User
@@ -306,8 +307,12 @@ def change_request_rows(
     """A change request's row diff (Review, History's change-request panel); ``key_column``: the dataset's key.
 
     ``notes``: its cell comments, shown beside their cells; ``revision``: the one shown (a new
-    revision starts again at page 1).
+    revision starts again at page 1). A request in review lists its bulk changes first, one line each.
     """
+
+    cr = change_requests.get_change_request(catalog, cr_id, actor=user)
+    if cr.state in change_requests.IN_REVIEW and revision == cr.revision:  # its session holds what it is made of
+        bulk_summaries(cr.project_id, cr.dataset_id, cr.session_id, key=key)
 
     def fetch(kinds: list[str] | None, columns: list[str] | None, limit: int, offset: int) -> RowDiffPage:
         return change_requests.row_diff_change_request(

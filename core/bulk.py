@@ -420,8 +420,13 @@ def _check_column(scope: _Scope, column: str) -> str:
     return family
 
 
-def _compute(scope: _Scope, column: str, operation: Operation, conditions: list[Condition]) -> _Computed:
-    """Match, map and check: the changing rows with their base and new values, and the preview."""
+def _compute(
+    scope: _Scope, column: str, operation: Operation, conditions: list[Condition], *, sample: bool = True
+) -> _Computed:
+    """Match, map and check: the changing rows with their base and new values, and the preview.
+
+    ``sample``: read the first changing rows whole for the preview (an apply shows none).
+    """
     family = _check_column(scope, column)
     checked = check_conditions(list(conditions), scope.schema)
     mapping = None if isinstance(operation, SetValue) else value_function(operation, family)
@@ -450,7 +455,7 @@ def _compute(scope: _Scope, column: str, operation: Operation, conditions: list[
         base_version=scope.version,
         matched=matched.num_rows,
         changed=len(ids),
-        sample=_sample(scope, column, ids, before, after),
+        sample=_sample(scope, column, ids, before, after) if sample else (),
         session_id=scope.session.session_id if scope.session else None,
     )
     return _Computed(preview, ids, _base_values(scope, column, ids, before), after)
@@ -590,8 +595,11 @@ def _session(
     catalog: Catalog, project_id: str, dataset_id: str, session_id: str | None, actor: User
 ) -> sessions.SessionInfo | None:
     if session_id is None:
-        return sessions.current_session(catalog, project_id, dataset_id, actor=actor)
-    info, _ = sessions.editable_session(catalog, session_id, actor=actor)
+        current = sessions.current_session(catalog, project_id, dataset_id, actor=actor)
+        if current is None:
+            return None
+        session_id = current.session_id
+    info, _ = sessions.editable_session(catalog, session_id, actor=actor)  # its owner, still an editor
     if (info.project_id, info.dataset_id) != (project_id, dataset_id):
         raise InvalidInput(
             f"session {session_id} belongs to {info.project_id}/{info.dataset_id}, not {project_id}/{dataset_id}",
@@ -649,9 +657,8 @@ def apply_bulk(
         ConflictError: The session expired, was submitted, or is over its size limit.
     """
     session = _session(catalog, project_id, dataset_id, session_id, actor)
-    computed = _compute(
-        _scope(catalog, project_id, dataset_id, session, actor), column, operation, list(conditions or [])
-    )
+    scope = _scope(catalog, project_id, dataset_id, session, actor)
+    computed = _compute(scope, column, operation, list(conditions or []), sample=False)
     if not computed.preview.changed:
         raise InvalidInput(
             f"no row would change: {computed.preview.matched:,} row(s) match and already hold the new value; "
@@ -662,39 +669,41 @@ def apply_bulk(
         session = sessions.open_session(catalog, project_id, dataset_id, actor=actor)
         if session.base_version != computed.preview.base_version:  # a merge landed in between: compute again
             scope = _scope(catalog, project_id, dataset_id, session, actor)
-            computed = _compute(scope, column, operation, list(conditions or []))
-    info, layout = sessions.editable_session(catalog, session.session_id, actor=actor)
+            computed = _compute(scope, column, operation, list(conditions or []), sample=False)
     bulk_id = new_id("bulk")
-    sessions.append_events(layout, info, _events(info, actor, bulk_id, computed))
+    sessions.append_events(layout_for(project_id, dataset_id), session, _events(session, actor, bulk_id, computed))
     p = computed.preview
-    return BulkChange(bulk_id, info.session_id, column, operation, p.conditions, p.base_version, p.matched,
+    return BulkChange(bulk_id, session.session_id, column, operation, p.conditions, p.base_version, p.matched,
                       p.changed, p.changed)  # fmt: skip
 
 
 def _events(info: sessions.SessionInfo, actor: User, bulk_id: str, computed: _Computed) -> pa.Table:
-    """The marker and the cell events of one bulk change, as one Arrow table (``EDITS_SCHEMA``)."""
+    """The marker and the cell events of one bulk change, as one Arrow table (``EDITS_SCHEMA``) of two chunks."""
     p = computed.preview
     description = {
         "column": p.column, "operation": operation_json(p.operation), "where": [to_param(c) for c in p.conditions],
         "base_version": p.base_version, "matched": p.matched, "changed": p.changed,
     }  # fmt: skip
-    count = p.changed + 1
+    marker_id, cell_ids = sessions.bulk_edit_ids(computed.row_ids)
+    now = pa.scalar(datetime.now(UTC), sessions.EDITS_SCHEMA.field("ts").type)
     tag = json.dumps({"bulk": bulk_id})
-    marker = pa.array([bulk_id], pa.string())
-    return pa.table(
-        {
-            "edit_id": sessions.new_edit_ids(count),
-            "session_id": pa.repeat(pa.scalar(info.session_id, pa.string()), count),
-            "row_id": pa.concat_arrays([marker, computed.row_ids]),
-            "column": pa.concat_arrays([pa.array([sessions.BULK_MARKER]), pa.repeat(pa.scalar(p.column), p.changed)]),
-            "old_value": pa.concat_arrays([pa.nulls(1, pa.string()), computed.old.cast(pa.string())]),
-            "new_value": pa.concat_arrays([pa.array([json.dumps(description)]), computed.new.cast(pa.string())]),
-            "user_id": pa.repeat(pa.scalar(actor.username, pa.string()), count),
-            "ts": pa.repeat(pa.scalar(datetime.now(UTC), sessions.EDITS_SCHEMA.field("ts").type), count),
-            "validation": pa.repeat(pa.scalar(tag, pa.string()), count),
-        },
+
+    def same(value: Any, count: int) -> pa.Array:
+        return pa.repeat(value if isinstance(value, pa.Scalar) else pa.scalar(value, pa.string()), count)
+
+    marker = pa.record_batch(
+        [same(marker_id, 1), same(info.session_id, 1), same(bulk_id, 1), same(sessions.BULK_MARKER, 1),
+         pa.nulls(1, pa.string()), same(json.dumps(description), 1), same(actor.username, 1), same(now, 1),
+         same(tag, 1)],
         schema=sessions.EDITS_SCHEMA,
-    )
+    )  # fmt: skip
+    n = p.changed
+    cells = pa.record_batch(
+        [cell_ids, same(info.session_id, n), computed.row_ids, same(p.column, n), computed.old.cast(pa.string()),
+         computed.new.cast(pa.string()), same(actor.username, n), same(now, n), same(tag, n)],
+        schema=sessions.EDITS_SCHEMA,
+    )  # fmt: skip
+    return pa.Table.from_batches([marker, cells])
 
 
 def undo_bulk(catalog: Catalog, session_id: str, bulk_id: str, *, actor: User) -> int:
@@ -712,19 +721,24 @@ def undo_bulk(catalog: Catalog, session_id: str, bulk_id: str, *, actor: User) -
     if _live_markers(events.to_pylist()).get(bulk_id) is None:
         raise NotFound(f"session {session_id} has no pending bulk change {bulk_id!r}", kind="bulk", ident=bulk_id)
     restored = _restoring(events, bulk_id)
+    rows = restored.column("row_id").combine_chunks()
+    marker_id, cell_ids = sessions.bulk_edit_ids(rows)
     count = restored.num_rows + 1
-    marker = {"row_id": [bulk_id], "column": [sessions.BULK_MARKER], "old_value": [None], "new_value": [None],
-              "validation": [json.dumps({"bulk": bulk_id})]}  # fmt: skip
-    data = {name: pa.concat_arrays([pa.array(marker[name], pa.string()), restored.column(name).combine_chunks()])
-            for name in marker}  # fmt: skip
+
+    def column(name: str, marker: str | None) -> pa.Array:
+        return pa.concat_arrays([pa.array([marker], pa.string()), restored.column(name).combine_chunks()])
+
     table = pa.table(
         {
-            "edit_id": sessions.new_edit_ids(count),
+            "edit_id": pa.concat_arrays([pa.array([marker_id]), cell_ids]),
             "session_id": pa.repeat(pa.scalar(session_id, pa.string()), count),
-            **{name: data[name] for name in ("row_id", "column", "old_value", "new_value")},
+            "row_id": pa.concat_arrays([pa.array([bulk_id]), rows]),
+            "column": column("column", sessions.BULK_MARKER),
+            "old_value": column("old_value", None),
+            "new_value": column("new_value", None),  # the marker's NULL: undone
             "user_id": pa.repeat(pa.scalar(actor.username, pa.string()), count),
             "ts": pa.repeat(pa.scalar(datetime.now(UTC), sessions.EDITS_SCHEMA.field("ts").type), count),
-            "validation": data["validation"],
+            "validation": column("validation", json.dumps({"bulk": bulk_id})),
         },
         schema=sessions.EDITS_SCHEMA,
     )

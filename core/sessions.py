@@ -98,25 +98,23 @@ _seq_lock = threading.Lock()
 _last_ns = 0
 
 
-def _reserve_ns(count: int) -> int:
-    """The first of ``count`` consecutive clock values no other id of this process has."""
+def _edit_id() -> str:
+    """Sortable by creation time within and across processes (ns clock + random tail)."""
     global _last_ns
     with _seq_lock:
         now = max(time.time_ns(), _last_ns + 1)
-        _last_ns = now + count - 1
-    return now
+        _last_ns = now
+    return f"{now:020d}-{uuid.uuid4().hex[:8]}"
 
 
-def _edit_id() -> str:
-    """Sortable by creation time within and across processes (ns clock + random tail)."""
-    return f"{_reserve_ns(1):020d}-{uuid.uuid4().hex[:8]}"
+def bulk_edit_ids(row_ids: pa.Array) -> tuple[str, pa.Array]:
+    """The ids of a bulk change's marker and of its cells (one per row of ``row_ids``), in creation order.
 
-
-def new_edit_ids(count: int) -> pa.Array:
-    """``count`` edit ids in creation order, as ``_edit_id`` makes them (consecutive ns, one random tail)."""
-    now = _reserve_ns(count)
-    clock = pc.utf8_lpad(pa.array(np.arange(now, now + count, dtype=np.int64)).cast(pa.string()), 20, "0")
-    return pc.binary_join_element_wise(clock, uuid.uuid4().hex[:8], "-")
+    A cell's id is ``<marker id>/<row_id>``: unique (a bulk change has one cell per row),
+    sorted after its marker and before any later event, and made without a clock per row.
+    """
+    marker = _edit_id()
+    return marker, pc.binary_join_element_wise(marker + "/", row_ids, "")
 
 
 @dataclass(frozen=True)
@@ -662,7 +660,7 @@ def editable_session(catalog: Catalog, session_id: str, *, actor: User) -> tuple
 
 
 def append_events(layout: DatasetLayout, info: SessionInfo, events: pa.Table) -> SessionInfo:
-    """Commit ``events`` (``EDITS_SCHEMA``, ids from ``new_edit_ids``) to a session in one append.
+    """Commit ``events`` (``EDITS_SCHEMA``, ids from ``bulk_edit_ids``) to a session in one append.
 
     The caller checked the session (``editable_session``) and every value. Returns the
     session's updated metadata.

@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from app import editing, filter_bar
+from app import bulk_views, editing, filter_bar
 from app.approval_views import SUBMIT_STAGES, StageStatus, stage_summary
 from app.components import (
     DATASET_KEY,
@@ -34,7 +34,7 @@ from app.components import (
 )
 from app.filter_bar import CONDITIONS_KEY, TableQuery
 from app.formatting import EMPTY, display_value, rows_span, shortened
-from core import auth, change_requests, datasets, reads, sessions
+from core import auth, bulk, change_requests, datasets, reads, sessions
 from core.config import get_settings
 from core.errors import OreoError
 from core.filters import Condition
@@ -347,12 +347,14 @@ with oreo_errors():
         st.stop()
 
     layout = datasets.layout_for(project_id, dataset_id)
-    edits = sessions.effective_edits(layout, session.session_id) if session else []
-    pending = sessions.pending_changes(edits)
+    # A bulk change ("Change matching rows") is one pending change however many cells it set.
+    pending, bulks = bulk.pending_view(layout, session.session_id) if session else ([], [])
+    pending_count = len(pending) + len(bulks)
     with st.container(key="table_actions", horizontal=True, vertical_alignment="center"):
         if st.button(
-            "Submit change request", key="table_submit", type="primary", icon=":material/send:", disabled=not pending
-        ):
+            "Submit change request", key="table_submit", type="primary", icon=":material/send:",
+            disabled=not pending_count,
+        ):  # fmt: skip
             open_dialog("submit")
         # The session of a request awaiting its revision holds that request's edits: core refuses to discard it.
         revising = session is not None and session.state == sessions.REVISING
@@ -360,7 +362,7 @@ with oreo_errors():
             "Discard session",
             key="table_discard",
             icon=":material/delete:",
-            disabled=not pending or revising,
+            disabled=not pending_count or revising,
             help=f"These edits are change request {session.cr_id}'s revision; withdraw the request on My requests "
             "to drop them." if revising and session is not None else None,
         ):
@@ -368,7 +370,7 @@ with oreo_errors():
         st.caption(
             (f"Your editing session (from version {session.base_version})" if session else
              "No edits yet")
-            + f" · **{len(pending)}** pending change(s), saved as you type",
+            + f" · **{pending_count}** pending change(s), saved as you type",
             width="stretch",
             help="Double-click a cell to edit it; select a cell and press Delete to empty it; tick **delete** to "
             "remove a row. **Sort by** sorts the whole table; the grid's header shows that sort.",
@@ -482,9 +484,11 @@ with oreo_errors():
                 placeholder=EMPTY,
             )
 
-    with st.expander(f"Pending changes ({len(pending)})", icon=":material/edit_note:", key="table_pending"):
-        if not pending:
+    with st.expander(f"Pending changes ({pending_count})", icon=":material/edit_note:", key="table_pending"):
+        if not pending_count:
             st.write("No pending changes. Change a cell in the grid to start.")
+        if session is not None:
+            bulk_views.pending_bulk_lines(catalog(), user, session.session_id, bulks, reset_editor)
         for change in pending[:PENDING_SHOWN]:
             text, undo = st.columns([4, 1], vertical_alignment="center")  # "Undo" whole at 1024 px
             line, full = pending_label(change, types)
@@ -496,6 +500,10 @@ with oreo_errors():
                     st.rerun()
         if len(pending) > PENDING_SHOWN:
             st.caption(f"… and {len(pending) - PENDING_SHOWN} more.")
+
+    bulk_views.bulk_panel(
+        catalog(), user, info, columns, rules, conditions, session.session_id if session else None, reset_editor
+    )
 
     with st.expander("Add a row", icon=":material/add:", key="table_add"):
         with st.form("table_add_form", border=False):
@@ -537,6 +545,6 @@ with oreo_errors():
             if session.state == sessions.REVISING and session.cr_id
             else None
         )
-        submit_dialog(session.session_id, len(pending), asked)
+        submit_dialog(session.session_id, pending_count, asked)
     if session is not None and dialog_value("discard"):
-        discard_dialog(session.session_id, len(pending))
+        discard_dialog(session.session_id, pending_count)

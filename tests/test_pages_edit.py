@@ -613,3 +613,27 @@ def test_grid_frame_types_columns_and_marks_changes() -> None:
     # Numbers are edited as text: the grid's number editor dropped characters it did not expect.
     assert str(frame["n"].dtype) == "string" and list(frame["n"].fillna("∅")) == ["1", "∅", "3"]
     assert str(frame["name"].dtype) == "string"
+
+
+def test_changing_every_matching_row_is_previewed_then_one_pending_change_undone_as_one(workspace: Catalog) -> None:
+    at = signed_in("erin", TABLE_PAGE)
+    at.selectbox(key="bulk_column").select("plan").run(timeout=120)
+    at.radio(key="bulk_kind").set_value("replace").run(timeout=120)
+    at.text_input(key="bulk_find").input("free").run(timeout=120)
+    at.text_input(key="bulk_replace").input("basic").run(timeout=120)
+    at.radio(key="bulk_mode").set_value("whole").run(timeout=120)
+    at.button(key="bulk_preview_button").click().run(timeout=120)
+    assert {m.label: m.value for m in at.metric} == {"Matching rows": "120", "Would change": "30",
+                                                     "Already so (no-op)": "90"}  # fmt: skip
+    assert pending(workspace, "erin") == []  # a preview saves nothing
+
+    at.button(key="bulk_apply").click().run(timeout=120)
+    assert not at.exception
+    assert "Pending changes (1)" in _expander_labels(at)
+    assert "plan: replace value 'free' → 'basic' in 30 rows" in " ".join(texts(at.markdown))
+    assert {e.new_value for e in pending(workspace, "erin")} == {"basic"} and len(pending(workspace, "erin")) == 30
+    assert _row(at, "1000")["plan"] == "basic"
+    (undo,) = [k for k in button_keys(at) if k.startswith("undo_bulk_")]
+    at.button(key=undo).click().run(timeout=120)
+    assert pending(workspace, "erin") == []
+    assert "Pending changes (0)" in _expander_labels(at)

@@ -10,6 +10,7 @@ from bench.workloads import (
     app_approve,
     app_start,
     approve,
+    bulk_set,
     concurrent_readers,
     csv_append,
     diff_page,
@@ -49,4 +50,6 @@ WORKLOADS: dict[str, Workload] = {
     streamlit_sessions.NAME: streamlit_sessions.run,
     api_page_read.NAME: api_page_read.run,
     app_approve.NAME: app_approve.run,
+    bulk_set.STAGE: bulk_set.run_stage,
+    bulk_set.APPROVE: bulk_set.run_approve,
 }

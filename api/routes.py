@@ -28,9 +28,11 @@ from core import (
     auth,
     bulk,
     change_requests,
+    clusters,
     conflicts,
     datasets,
     engine,
+    facets,
     history,
     import_folders,
     imports,
@@ -41,7 +43,7 @@ from core import (
     sessions,
 )
 from core.errors import InvalidInput
-from core.filters import parse_where
+from core.filters import Condition, parse_where
 from core.values import load_json
 from interface import context, documents
 
@@ -304,6 +306,63 @@ def dataset_rows(
             descending=desc, limit=limit, offset=offset,
         )  # fmt: skip
     return _document(documents.rows_doc(page))
+
+
+Where = Annotated[list[str] | None, Query(description="COLUMN OP VALUE, as the CLI's --where; ANDed")]
+ColumnName = Annotated[str, Query(min_length=1, description="A column of the dataset")]
+OverlaySession = Annotated[
+    str | None, Query(pattern=ID_PATTERN, description="Read the table as this live-edit session's edits leave it")
+]
+
+
+def _conditions(project_id: str, dataset_id: str, user: auth.User, where: list[str] | None) -> list[Condition]:
+    """The ``where`` conditions, read once the dataset is known to exist (an unknown one is 404 before a bad where)."""
+    if where:
+        datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)
+    return [parse_where(text) for text in where or []]
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/facet", tags=["datasets"])
+def dataset_facet(
+    project_id: ProjectId,
+    dataset_id: DatasetId,
+    column: ColumnName,
+    user: Caller,
+    where: Where = None,
+    limit: Annotated[int, Query(ge=1, le=facets.MAX_LIMIT, description="How many of the most frequent values")] = 20,
+    session_id: OverlaySession = None,
+) -> Response:
+    """A column's most frequent values with their row counts, its number of distinct values, and for
+    numbers and dates a histogram, among the rows ``where`` keeps (``oreo dataset facet``)."""
+    catalog = _catalog()
+    conditions = _conditions(project_id, dataset_id, user, where)
+    facet = facets.dataset_facet(
+        catalog, project_id, dataset_id, column, actor=user, conditions=conditions, session_id=session_id, limit=limit
+    )
+    return _document({"project": project_id, "dataset": dataset_id, **facet.to_json()})
+
+
+@router.get("/projects/{project_id}/datasets/{dataset_id}/clusters", tags=["datasets"])
+def dataset_clusters(
+    project_id: ProjectId,
+    dataset_id: DatasetId,
+    column: ColumnName,
+    user: Caller,
+    method: Literal["fingerprint", "ngram", "levenshtein"] = "fingerprint",
+    radius: Annotated[int, Query(ge=1, le=clusters.MAX_RADIUS, description="levenshtein: the most edits")] = 1,
+    ngram_size: Annotated[int, Query(ge=1, le=clusters.MAX_NGRAM, description="ngram: the n-grams' length")] = 2,
+    where: Where = None,
+    session_id: OverlaySession = None,
+) -> Response:
+    """Groups of a text column's values that probably mean the same thing, each value with its row count
+    (``oreo dataset clusters``)."""
+    catalog = _catalog()
+    conditions = _conditions(project_id, dataset_id, user, where)
+    found = clusters.dataset_clusters(
+        catalog, project_id, dataset_id, column, actor=user, method=method, radius=radius, ngram_size=ngram_size,
+        conditions=conditions, session_id=session_id,
+    )  # fmt: skip
+    return _document({"project": project_id, "dataset": dataset_id, **found.to_json()})
 
 
 @router.get("/projects/{project_id}/datasets/{dataset_id}/rules", tags=["datasets"])

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit
-from core import datasets, diff, sessions
+from core import clusters, datasets, diff, facets, sessions
 from core.filters import parse_where
 from core.reads import RowFilter
 from interface import documents
@@ -198,3 +198,74 @@ def dataset_rows(
     doc = documents.rows_doc(page)
     human = page.rows.to_string(index=False) + f"\n({len(page.rows)} of {page.total} rows)"
     emit(doc, human)
+
+
+Where = Annotated[
+    list[str] | None,
+    typer.Option("--where", help="COLUMN OP VALUE, repeatable, ANDed (the grammar of `dataset rows --where`)."),
+]
+SessionOption = Annotated[
+    str | None, typer.Option("--session", help="Read the table as this live-edit session's edits leave it.")
+]
+
+
+@dataset_app.command("facet")
+def dataset_facet(
+    project_id: str,
+    dataset_id: str,
+    column: str,
+    where: Where = None,
+    limit: Annotated[int, typer.Option("--limit", help="How many of the most frequent values (1-1000).")] = 20,
+    session_id: SessionOption = None,
+    as_user: AsUser = None,
+) -> None:
+    """A column's most frequent values with their row counts, its distinct values, and (numbers, dates) a histogram."""
+    catalog = command_catalog()
+    facet = facets.dataset_facet(
+        catalog, project_id, dataset_id, column, actor=acting_user(catalog, as_user),
+        conditions=[parse_where(text) for text in where or []], session_id=session_id, limit=limit,
+    )  # fmt: skip
+    width = max([len(_shown(v.value)) for v in facet.values] + [5])
+    lines = [f"{column} ({facet.type}): {facet.rows:,} rows, {facet.distinct:,} distinct values"]
+    lines += [f"  {_shown(v.value):<{width}}  {v.rows:>9,}" for v in facet.values]
+    if facet.histogram:
+        most = max(b.rows for b in facet.histogram) or 1
+        lines.append("histogram:")
+        lines += [f"  {b.low!s:>26} .. {b.high!s:<26} {'#' * round(20 * b.rows / most):<20} {b.rows:,}"
+                  for b in facet.histogram]  # fmt: skip
+    emit({"project": project_id, "dataset": dataset_id, **facet.to_json()}, "\n".join(lines))
+
+
+def _shown(value: str | None) -> str:
+    return "(empty)" if value is None else repr(value) if value != value.strip() or not value else value
+
+
+@dataset_app.command("clusters")
+def dataset_clusters(
+    project_id: str,
+    dataset_id: str,
+    column: str,
+    method: Annotated[
+        str, typer.Option("--method", help="How values are compared.", metavar="fingerprint|ngram|levenshtein")
+    ] = "fingerprint",
+    radius: Annotated[int, typer.Option("--radius", help="levenshtein: the most edits between neighbours (1-3).")] = 1,
+    ngram_size: Annotated[int, typer.Option("--ngram-size", help="ngram: the n-grams' length (1-8).")] = 2,
+    where: Where = None,
+    session_id: SessionOption = None,
+    as_user: AsUser = None,
+) -> None:
+    """Groups of a text column's values that probably mean the same thing, each with its values' row counts."""
+    catalog = command_catalog()
+    found = clusters.dataset_clusters(
+        catalog, project_id, dataset_id, column, actor=acting_user(catalog, as_user),
+        method=method,  # type: ignore[arg-type]  # core refuses another name
+        radius=radius, ngram_size=ngram_size, conditions=[parse_where(text) for text in where or []],
+        session_id=session_id,
+    )  # fmt: skip
+    values = sum(len(c.values) for c in found.clusters)
+    lines = [f"{column}: {len(found.clusters):,} clusters of {values:,} values by {found.method} "
+             f"({found.distinct:,} distinct values)"]  # fmt: skip
+    for cluster in found.clusters:
+        lines.append(f"  {_shown(cluster.choice)}  <- {len(cluster.values)} values, {cluster.rows:,} rows")
+        lines += [f"    {v.rows:>9,}  {_shown(v.value)}" for v in cluster.values]
+    emit({"project": project_id, "dataset": dataset_id, **found.to_json()}, "\n".join(lines))

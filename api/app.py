@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import errors, routes
+from api import errors, live, routes
 from core import audit, engine, reactions, warmup
 from core.catalog import open_catalog
 from core.config import get_settings
@@ -244,13 +244,16 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     app.include_router(routes.router)
+    app.include_router(live.router)
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:
         """Prometheus text format of the default registry (core.metrics' domain metrics and the request latency)."""
         return Response(prometheus_client.generate_latest(), media_type=prometheus_client.CONTENT_TYPE_LATEST)
 
-    app.state.routes = [r for r in [*routes.router.routes, *app.router.routes] if isinstance(r, Route)]
+    app.state.routes = [
+        r for r in [*routes.router.routes, *live.router.routes, *app.router.routes] if isinstance(r, Route)
+    ]
     app.openapi = lambda: _published_schema(app)  # type: ignore[method-assign]
     app.add_middleware(_Guard)
     app.add_middleware(_Observe)

@@ -6,8 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from core import change_requests, conflicts, early_conflicts, merge, overlaps, sessions
+from api.app import WARM_ENGINE_ENV, create_app
+from cli import context
+from cli import main as cli
+from core import change_requests, conflicts, early_conflicts, merge, overlaps, presence, sessions, tokens
 from core.catalog import Catalog, open_catalog
 from core.errors import InvalidInput, PermissionDenied
 from core.sessions import DeleteRow, SetCell
@@ -124,3 +128,55 @@ def test_others_pending_cells_are_marked_without_their_values(catalog: Catalog) 
     cr = ms.submit(catalog, "ed3", [SetCell("3", "qty", "33")])
     on_page = overlaps.pending_elsewhere(catalog, ms.PROJECT, ms.DATASET, actor=ed, row_ids=["3"])
     assert [(o.row_id, o.column, o.label) for o in on_page] == [("3", "qty", f"ed3 in request {cr.id}")]
+
+
+def test_the_cli_and_the_api_list_and_decide_early_conflicts(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _edit(catalog, "ed2", [SetCell("4", "name", "draft of ed2")])
+    context.state.json = True
+    assert cli.main(["--json", "edit", ms.PROJECT, ms.DATASET, "--as", "ed", "--set", "1", "name", "mine 1",
+                     "--set", "2", "qty", "222", "--set", "4", "name", "mine 4"]) == 0  # fmt: skip
+    saved = json.loads(capsys.readouterr().out)
+    assert saved["also_pending"] == [
+        "ed2 (session) also has a pending change to this cell (row 4, name); yours is saved too"
+    ]
+    session = saved["session_id"]
+    _merge(catalog, "ed3", [SetCell("1", "name", "theirs 1"), SetCell("2", "qty", "200")])
+
+    assert cli.main(["--json", "session", "conflicts", session, "--as", "ed"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["base_version"] == 0
+    assert [(c["row_id"], c["column"], c["base"], c["mine"], c["now"]) for c in listed["conflicts"]] == [
+        ("1", "name", "name 1", "mine 1", "theirs 1"), ("2", "qty", "20", "222", "200"),
+    ]  # fmt: skip
+    assert cli.main(["session", "resolve", session, "1", "name", "--as", "ed"]) == 2  # neither flag
+    capsys.readouterr()
+    assert cli.main(["--json", "session", "resolve", session, "1", "name", "--keep-mine", "--as", "ed"]) == 0
+    assert json.loads(capsys.readouterr().out)["rebased"] is False
+    assert cli.main(["session", "resolve", session, "9", "name", "--take-theirs", "--as", "ed"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no early conflict on 9.name; its conflicts: 2.qty" in err[0]
+    context.state.json = False
+
+    monkeypatch.setenv(WARM_ENGINE_ENV, "0")
+    bearer = {"Authorization": f"Bearer {tokens.create_token(catalog, 'ed').secret}"}
+    with TestClient(create_app(), headers=bearer) as api:
+        left = api.get(f"/api/v1/sessions/{session}/conflicts")
+        assert left.status_code == 200 and [c["column"] for c in left.json()["conflicts"]] == ["qty"]
+        bad = api.post(f"/api/v1/sessions/{session}/conflicts/resolve", json={"row_id": "2", "choice": "both"})
+        assert bad.status_code == 400 and "choice" in bad.text
+        done = api.post(f"/api/v1/sessions/{session}/conflicts/resolve",
+                        json={"row_id": "2", "column": "qty", "choice": "theirs"})  # fmt: skip
+        assert done.status_code == 200, done.text
+        assert done.json()["rebased"] is True and done.json()["base_version"] == 1
+        marks = api.get(f"/api/v1/projects/{ms.PROJECT}/datasets/{ms.DATASET}/pending-elsewhere").json()
+        assert [(c["row_id"], c["column"], c["username"], c["where"]) for c in marks["cells"]] == [
+            ("4", "name", "ed2", "session")
+        ]
+        assert "draft of ed2" not in json.dumps(marks)
+        beat = api.post(f"/api/v1/projects/{ms.PROJECT}/datasets/{ms.DATASET}/presence").json()
+        assert beat["others"] == [] and beat["version"] == 1
+    ed2 = ms.user(catalog, "ed2")
+    others = presence.beat(catalog, presence.table_page(ms.PROJECT, ms.DATASET), actor=ed2).others
+    assert [p.username for p in others] == ["ed"]

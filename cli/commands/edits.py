@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit, escape_controls
-from core import bulk, datasets, sessions
+from core import bulk, datasets, early_conflicts, overlaps, sessions
 from core.errors import InvalidInput
 from core.filters import parse_where
 from core.values import load_json
@@ -162,7 +162,13 @@ def edit(
     else:
         check_session_on(catalog, session_id, project_id, dataset_id, actor)
         count = sessions.apply_edits(catalog, session_id, ops, actor=actor)
-    emit(documents.edit_doc(session_id, count), f"session {session_id}: {count} pending edit(s)")
+    doc, text = documents.edit_doc(session_id, count), f"session {session_id}: {count} pending edit(s)"
+    cells = [(op.row_id, op.column) for op in ops if isinstance(op, sessions.SetCell)]
+    also = overlaps.also_pending(catalog, project_id, dataset_id, cells, actor=actor)
+    if also:  # said, not refused: a pending change elsewhere is no lock
+        doc["also_pending"] = also
+        text += "".join(f"\n  note: {escape_controls(line)}" for line in also)
+    emit(doc, text)
 
 
 def _bulk_edit(project_id: str, dataset_id: str, as_user: str, session_id: str | None, args: BulkArgs) -> None:
@@ -215,3 +221,51 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
         f"  {e.change:<7} {e.row_id:<38} {e.column or '(row)':<20} {e.old_value!s} -> {e.new_value!s}" for e in edits
     ]
     emit(doc, "\n".join(lines))
+
+
+@session_app.command("conflicts")
+def session_conflicts(session_id: str, as_user: AsUser = None) -> None:
+    """List the early conflicts of a session: each pending change main changed since its base (base, mine, now)."""
+    catalog = command_catalog()
+    actor = acting_user(catalog, as_user)
+    found = early_conflicts.find_early_conflicts(catalog, session_id, actor=actor)
+    info = sessions.get_session(catalog, session_id, actor=actor)
+    doc = {"session_id": session_id, "base_version": info.base_version, "conflicts": [c.to_json() for c in found]}
+    lines = [f"session {session_id} (base v{info.base_version}): {len(found)} early conflict(s)"]
+    lines += [
+        escape_controls(f"  {c.row_id} {c.column or '*'}: {c.reason} in v{c.version}; base {c.base!s}, "
+                        f"mine {c.mine!s}, now {c.now!s}")
+        for c in found
+    ]  # fmt: skip
+    if found:
+        lines.append(f"  decide each: oreo session resolve {session_id} ROW COLUMN --keep-mine|--take-theirs")
+    emit(doc, "\n".join(lines))
+
+
+@session_app.command("resolve")
+def session_resolve(
+    session_id: str,
+    row: Annotated[str, typer.Argument(help="The conflicting row: its ROW_ID, as `oreo edit --set` names it.")],
+    column: Annotated[str, typer.Argument(help="The conflicting column, or * for a whole-row conflict.")],
+    as_user: AsUser = None,
+    keep_mine: Annotated[
+        bool, typer.Option("--keep-mine", help="Your pending value stands, re-based onto main now.")
+    ] = False,
+    take_theirs: Annotated[
+        bool, typer.Option("--take-theirs", help="Main's value stays; your pending change is dropped.")
+    ] = False,
+) -> None:
+    """Decide one early conflict of your session; once none is left the session moves to main's version now."""
+    if keep_mine == take_theirs:
+        raise typer.BadParameter("give exactly one of --keep-mine and --take-theirs", param_hint="--keep-mine")
+    catalog = command_catalog()
+    actor = acting_user(catalog, as_user)
+    choice: early_conflicts.Choice = "mine" if keep_mine else "theirs"
+    done = early_conflicts.resolve_early_conflict(catalog, session_id, row, column, choice, actor=actor)
+    doc = {"session_id": session_id, "row_id": row, "column": None if column in ("", "*") else column,
+           "choice": choice, "base_version": done.base_version, "rebased": done.rebased,
+           "conflicts": [c.to_json() for c in done.remaining]}  # fmt: skip
+    kept = "kept your change" if keep_mine else "took main's value"
+    moved = f"; the session now starts from v{done.base_version}" if done.rebased else ""
+    emit(doc, escape_controls(f"session {session_id}: {kept} on {row}.{column}; "
+                              f"{len(done.remaining)} conflict(s) left{moved}"))  # fmt: skip

@@ -45,7 +45,7 @@ from core import (
 from core.errors import InvalidInput
 from core.filters import Condition, parse_where
 from core.values import load_json
-from interface import context, documents
+from interface import context, documents, views
 
 
 def _is_json(request: Request) -> bool:
@@ -597,7 +597,9 @@ def cr_list(
 def cr_show(
     cr_id: CrId,
     user: Caller,
-    limit: Annotated[int, Query(ge=1, le=10_000, description="At most this many changes (and rows)")] = 10_000,
+    limit: Annotated[
+        int, Query(ge=1, le=views.PAGE_MAX, description="At most this many changes (and rows)")
+    ] = views.PAGE_MAX,
     offset: Offset = 0,
     rows: bool = False,
     kind: Annotated[
@@ -605,25 +607,16 @@ def cr_show(
     ] = None,
     column: Annotated[list[str] | None, Query(description="With rows: only rows changing these columns")] = None,
 ) -> Response:
-    """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too)."""
+    """A change request with its cell changes, validation, conflicts and thread (``rows=true``: row-shaped diff too).
+
+    The changes (and rows) are one page of ``interface.views``' paging rule: ``limit`` from ``offset``,
+    ``total`` in all.
+    """
     catalog = _catalog()
-    cr = change_requests.get_change_request(catalog, cr_id, actor=user)
-    page = change_requests.diff_change_request(catalog, cr_id, actor=user, limit=limit, offset=offset)
-    doc = documents.cr_show_doc(
-        cr,
-        changes=page.changes,
-        total=page.total,
-        run=change_requests.validation_for(catalog, cr_id, actor=user),
-        conflicts=conflicts.find_conflicts(catalog, cr_id, actor=user),
-        thread=change_requests.comments(catalog, cr_id, actor=user),
-        revisions=change_requests.revisions(catalog, cr_id, actor=user),
-        states=change_requests.state_history(catalog, cr_id, actor=user),
-        imported=imports.import_summary(catalog, cr_id, actor=user),
-    )
+    view = views.change_request_view(catalog, cr_id, actor=user)
+    doc = views.show_document(view, views.changes_page(catalog, cr_id, actor=user, limit=limit, offset=offset))
     if rows:
-        row_page = change_requests.row_diff_change_request(
-            catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset
-        )
+        row_page = views.rows_page(catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset)
         doc.update(documents.row_diff_doc(row_page))
     return _document(doc)
 

@@ -17,6 +17,7 @@ from core import change_requests
 from core.auth import User
 from core.change_requests import ChangeRequest, Comment, Revision, StateChange
 from core.diff import RowDiffPage
+from interface.views import ChangeRequestView
 
 WHOLE_REQUEST = "(the whole request)"
 
@@ -118,20 +119,14 @@ def state_history_view(states: Sequence[StateChange], *, key: str) -> None:
 
 
 def discussion(
-    cr: ChangeRequest,
-    user: User,
-    page: RowDiffPage | None,
-    thread: Sequence[Comment],
-    *,
-    key: str,
-    can_comment: bool = True,
+    view: ChangeRequestView, user: User, page: RowDiffPage | None, *, key: str, can_comment: bool = True
 ) -> None:
-    """The thread (``change_requests.comments``), the comment box, the revisions, the state history."""
+    """The request's thread, the comment box, its revisions and its state history (``interface.views``)."""
     st.subheader("Discussion", anchor=False)
-    thread_view(thread, key=f"{key}_thread")
+    thread_view(view.thread, key=f"{key}_thread")
     if can_comment:
-        comment_box(cr, user, page, key=f"{key}_comment")
+        comment_box(view.request, user, page, key=f"{key}_comment")
     st.markdown("**Revisions**")
-    revisions_view(change_requests.revisions(catalog(), cr.id, actor=user), key=f"{key}_revisions")
+    revisions_view(view.revisions, key=f"{key}_revisions")
     st.markdown("**State history**")
-    state_history_view(change_requests.state_history(catalog(), cr.id, actor=user), key=f"{key}_states")
+    state_history_view(view.states, key=f"{key}_states")

@@ -6,7 +6,6 @@ beside today's cell entries and the lines a person reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,8 +33,6 @@ ExportOption = Annotated[
     ),
 ]
 
-_PAGE = 10_000
-
 
 def export_format(path: Path) -> diff.ExportFormat:
     """The export format a file name asks for (``.csv`` or ``.parquet``)."""
@@ -53,20 +50,6 @@ def check_rows_options(rows: bool, kinds: list[str] | None, columns: list[str] |
         raise typer.BadParameter("--kind, --column and --export need --rows", param_hint="--rows")
     if export is not None:
         export_format(export)
-
-
-def all_rows(fetch: Callable[[int, int], diff.RowDiffPage], limit: int | None, offset: int) -> diff.RowDiffPage:
-    """One page of ``limit`` rows from ``offset``, or every row from ``offset`` when ``limit`` is None."""
-    if limit is not None:
-        return fetch(limit, offset)
-    page = fetch(_PAGE, offset)
-    rows = list(page.rows)
-    while page.rows and offset + len(rows) < page.total:
-        page = fetch(_PAGE, offset + len(rows))
-        rows += page.rows
-    return diff.RowDiffPage(
-        rows=rows, total=page.total, summary=page.summary, label_columns=page.label_columns, columns=page.columns
-    )
 
 
 def rows_doc(page: diff.RowDiffPage, exported: tuple[Path, int] | None) -> dict[str, Any]:

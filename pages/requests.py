@@ -38,8 +38,8 @@ from core.change_requests import (
     revise_change_request,
     withdraw_change_request,
 )
-from core.conflicts import find_conflicts
 from core.resubmit import resubmit_change_request
+from interface import views
 
 STATES = ["all", *(s.value for s in CRState)]
 TABLE_PAGE = Path(__file__).parent / "table.py"
@@ -229,9 +229,9 @@ with oreo_errors():
         chosen_id = st.selectbox(
             "Change request", list(by_id), key="requests_cr", format_func=lambda i: f"{by_id[i].title} · {i}"
         )
-        cr = by_id[chosen_id]
+        view = views.change_request_view(catalog(), chosen_id, actor=user)  # as ``cr show`` and the API show it
+        cr, thread = view.request, view.thread
         info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
-        thread = change_requests.comments(catalog(), cr.id, actor=user)
         with st.container(key="requests_state_line"):
             st.markdown(state_line(cr))
         with st.container(key="requests_changes"):
@@ -250,11 +250,10 @@ with oreo_errors():
                     types={c.name: c.type for c in datasets.dataset_columns(info)},
                     notes=cell_notes(thread, cr.revision), revision=cr.revision,
                 )  # fmt: skip
-        found = find_conflicts(catalog(), cr.id, actor=user) if cr.state == CRState.OPEN else []
-        if found:
+        if view.conflicts:
             with st.container(key="requests_conflicts"):
                 st.markdown("**Conflicts**")
                 types = {c.name: c.type for c in datasets.dataset_columns(info)}
-                conflict_table(cr, found, types, user, key="requests")
+                conflict_table(cr, view.conflicts, types, user, key="requests")
         with st.container(key="requests_discussion"):
-            discussion(cr, user, page, thread, key="requests")
+            discussion(view, user, page, key="requests")

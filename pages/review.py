@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from app import background
+from app import background, live_views
 from app.approval_views import approval_note, approval_outcome, follow_approval, stage_timings
 from app.change_views import findings, schema_change_line, schema_changes
 from app.components import (
@@ -35,9 +35,10 @@ from app.conflict_views import conflict_table
 from app.diff_views import change_request_rows
 from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
-from core import auth, change_requests, datasets, imports, merge
+from core import auth, change_requests, datasets, merge
 from core.change_requests import ChangeRequest, CRState
 from core.errors import OreoError
+from interface import views
 
 PAGES = Path(__file__).resolve().parent
 user = require_user()
@@ -286,7 +287,14 @@ with oreo_errors():
         + (" · changes requested" if by_id[i].state == CRState.CHANGES_REQUESTED else ""),
         on_change=follow_pick,
     )
-    cr = by_id[chosen]
+    info = datasets.get_dataset(catalog(), by_id[chosen].project_id, by_id[chosen].dataset_id, actor=user)
+    # What the CLI's ``cr show`` and the API's GET show of it too (``interface.views``); its conflicts only
+    # while it is open, remembered until main or the request moves on.
+    view = views.change_request_view(
+        catalog(), chosen, actor=user,
+        find_conflicts=lambda record: conflicts_of(record, info.version) if record.state == CRState.OPEN else [],
+    )  # fmt: skip
+    cr = view.request
 
     st.subheader(cr.title, anchor=False)
     st.caption(
@@ -295,16 +303,14 @@ with oreo_errors():
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
         f"{cr.rows} row(s), {cr.cells} cell(s) · revision {cr.revision}"
     )
-    replace_banner(imports.import_summary(catalog(), cr.id, actor=user), key="review_replace_banner")
+    live_views.review_live(catalog(), user, cr)  # who else reviews it, and news of it while it is open
+    replace_banner(view.imported, key="review_replace_banner")
     stage_timings(cr)
     if cr.description:
         st.markdown(cr.description)
     approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user))
 
-    info = datasets.get_dataset(catalog(), cr.project_id, cr.dataset_id, actor=user)
-    run = change_requests.validation_for(catalog(), cr.id, actor=user)
-    conflicts = conflicts_of(cr, info.version) if cr.state == CRState.OPEN else []
-    thread = change_requests.comments(catalog(), cr.id, actor=user)
+    run, conflicts, thread = view.validation, view.conflicts, view.thread
     if cr.state == CRState.CHANGES_REQUESTED:
         asked = [c for c in thread if c.row_id is None]
         st.warning(
@@ -382,7 +388,7 @@ with oreo_errors():
         )  # fmt: skip
 
     with st.container(key="review_discussion"):
-        discussion(cr, user, shown, thread, key="review")
+        discussion(view, user, shown, key="review")
 
     with st.container(key="review_checks"):
         st.subheader("Data checks", anchor=False)

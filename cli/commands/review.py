@@ -5,7 +5,7 @@ and ``oreo append`` (a file imported as a change request).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,7 @@ from cli.context import AsUser, acting_user, check_session_on, command_catalog, 
 from core import auth, change_requests, conflicts, datasets, diff, imports, merge, resubmit, sessions
 from core.catalog import Catalog
 from core.errors import InvalidInput
-from interface import documents
+from interface import documents, views
 
 cr_app = typer.Typer(no_args_is_help=True, help="Change requests: submit, review, approve, reject, withdraw.")
 
@@ -156,45 +156,21 @@ def cr_show(
     rows_cli.check_rows_options(rows, kind, column, export)
     catalog = command_catalog()
     actor = acting_user(catalog, as_user)
-    cr = change_requests.get_change_request(catalog, cr_id, actor=actor)
-    changes, total = _cell_changes(catalog, cr_id, actor, limit, offset)
-    found = conflicts.find_conflicts(catalog, cr_id, actor=actor)
-    run = change_requests.validation_for(catalog, cr_id, actor=actor)
-    thread = change_requests.comments(catalog, cr_id, actor=actor)
-    revisions = change_requests.revisions(catalog, cr_id, actor=actor)
-    states = change_requests.state_history(catalog, cr_id, actor=actor)
-    summary = imports.import_summary(catalog, cr_id, actor=actor)  # an import: its mode and row counts
-    doc = documents.cr_show_doc(
-        cr, changes=changes, total=total, run=run, conflicts=found, thread=thread, revisions=revisions,
-        states=states, imported=summary,
-    )  # fmt: skip
-    lines = _head_lines(cr, found, summary)
-    lines += [f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes]
-    lines += _conflict_lines(cr, found)
-    lines += _thread_lines(thread, revisions, states)
+    view = views.change_request_view(catalog, cr_id, actor=actor)
+    changes = views.changes_page(catalog, cr_id, actor=actor, limit=limit, offset=offset)  # every one without --limit
+    doc = views.show_document(view, changes)
+    cr = view.request
+    lines = _head_lines(cr, view.conflicts, view.imported)
+    lines += [
+        f"  {c.change:<7} {c.row_id:<38} {c.column or '(row)':<20} {c.old!s} -> {c.new!s}" for c in changes.changes
+    ]
+    lines += _conflict_lines(cr, view.conflicts)
+    lines += _thread_lines(view.thread, view.revisions, view.states)
     if rows:
         page, exported = _row_diff(catalog, cr_id, actor, kind, column, export, limit, offset)
         doc.update(rows_cli.rows_doc(page, exported))
         lines += rows_cli.rows_lines(page, exported)
     emit(doc, "\n".join(escape_controls(line) for line in lines))
-
-
-def _cell_changes(
-    catalog: Catalog, cr_id: str, actor: auth.User, limit: int | None, offset: int
-) -> tuple[list[Any], int]:
-    """A change request's cell changes from ``offset`` (``limit`` of them, or all) and how many it has in all."""
-    if limit is not None:
-        page = change_requests.diff_change_request(catalog, cr_id, actor=actor, limit=limit, offset=offset)
-        return page.changes, page.total
-    changes: list[Any] = []
-    while True:
-        page = change_requests.diff_change_request(
-            catalog, cr_id, actor=actor, limit=10_000, offset=offset + len(changes)
-        )
-        changes += page.changes
-        total = page.total
-        if not page.changes or offset + len(changes) >= total:
-            return changes, total
 
 
 def _head_lines(
@@ -229,13 +205,7 @@ def _row_diff(
     offset: int,
 ) -> tuple[diff.RowDiffPage, tuple[Path, int] | None]:
     """The request's row diff (``--rows``), and the file and row count ``--export`` wrote, if asked."""
-    page = rows_cli.all_rows(
-        lambda size, skip: change_requests.row_diff_change_request(
-            catalog, cr_id, actor=actor, kinds=kind, columns=column, limit=size, offset=skip
-        ),
-        limit,
-        offset,
-    )
+    page = views.rows_page(catalog, cr_id, actor=actor, kinds=kind, columns=column, limit=limit, offset=offset)
     exported = None
     if export is not None:
         written = change_requests.export_change_request_diff(

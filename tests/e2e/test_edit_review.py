@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from core.duck import cursor
+
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
 
@@ -380,3 +382,116 @@ def test_the_author_of_a_request_gets_no_approve_action(
     # The diff is still there to read.
     diff = page.locator(".st-key-review_changes td.oreo-changed[data-column='city']")
     expect(diff.locator("ins")).to_have_text("Lyon")
+
+
+def _cities(main: Path) -> list[dict[str, str | None]]:
+    """Every row's ``row_id`` and ``city`` in the latest version of ``main`` (DuckDB reads its Delta features)."""
+    rows = cursor().execute("SELECT row_id, city FROM delta_scan(?)", [str(main)]).fetchall()
+    return [{"row_id": r, "city": c} for r, c in rows]
+
+
+def bulk_panel(page: Page) -> Locator:
+    return page.locator(".st-key-table_bulk")
+
+
+def bulk_preview(page: Page, settle: Settle) -> Locator:
+    page.locator(".st-key-bulk_preview_button button").click()
+    box = page.locator(".st-key-bulk_preview_box")
+    settle(page, box)
+    return box
+
+
+def test_changing_every_matching_row_is_one_pending_change_reviewed_and_merged(
+    review_server: OreoServer,
+    demo_workspace: DemoWorkspace,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    shots: Path,
+) -> None:
+    """Filter → change matching rows (find and replace) → preview → apply → one line → undo → apply → submit → merge."""
+    main = review_server.data_root / "projects" / "demo" / "datasets" / "customers" / "main"
+    before = _cities(main)
+    page = new_page(review_server.url)
+    sign_in(page, "editor", demo_workspace.passwords["editor"], settle)
+    open_table(page, settle, demo_workspace.rows)
+    city = cell(editor(page), 0, "city").inner_text()
+    matching = sorted(r["row_id"] for r in before if r["city"] == city)
+    new_city = f"{city} (verified)"
+    choose(page, "table_filter_col", "city")
+    value = page.locator("[class*='st-key-table_filter_value_city_one'] input")
+    value.press_sequentially(city)
+    value.press("Enter")
+    page.get_by_role("button", name="Add filter").click()
+    settle(page, page.get_by_role("button", name=f"city = {city}"))
+    shown = len(matching)
+    caption = page.get_by_test_id("stCaptionContainer").filter(has_text="Rows ")
+    expect(caption).to_contain_text(f"of {shown:,}")
+
+    panel = bulk_panel(page)
+    panel.get_by_text("Change matching rows").first.click()
+    expect(panel).to_contain_text(f"city = {city}")
+    choose(page, "bulk_column", "city")
+    panel.get_by_text("Find and replace").click()
+    find = page.locator(".st-key-bulk_find input")
+    settle(page, find)
+    find.press_sequentially(city)
+    find.press("Enter")
+    wait_idle(page)
+    replace = page.locator(".st-key-bulk_replace input")
+    replace.press_sequentially(new_city)
+    replace.press("Enter")
+    wait_idle(page)
+    box = bulk_preview(page, settle)
+    expect(box).to_contain_text(f"city: find '{city}' → '{new_city}' in {shown} row")
+    expect(box.get_by_test_id("stMetric").filter(has_text="Matching rows")).to_contain_text(str(shown))
+    expect(box.get_by_test_id("stMetric").filter(has_text="Would change")).to_contain_text(str(shown))
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    box.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "bulk_preview.png"))
+
+    page.locator(".st-key-bulk_apply button").click()
+    # Not the caption a rerun is replacing (kept, stale, until the run ends).
+    fresh = page.locator("[data-testid='stElementContainer'][data-stale='false'] [data-testid='stCaptionContainer']")
+    pending_caption = fresh.filter(has_text="saved as you type")
+    settle(page, pending_caption, "1 pending change(s)")
+    expect(alert(page, "saved as one pending change")).to_be_visible()
+    pending = page.locator(".st-key-table_pending")
+    pending.get_by_text("Pending changes (1)").click()
+    line = pending.get_by_text(f"city: find '{city}' → '{new_city}' in {shown} row")
+    expect(line).to_be_visible()
+    pending.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "bulk_pending_line.png"))
+    pending.get_by_role("button", name="Undo").click()
+    settle(page, pending_caption, "0 pending change(s)")
+
+    box = bulk_preview(page, settle)  # the inputs are kept: preview and apply again
+    expect(box.get_by_test_id("stMetric").filter(has_text="Would change")).to_contain_text(str(shown))
+    page.locator(".st-key-bulk_apply button").click()
+    settle(page, pending_caption, "1 pending change(s)")
+    cr_id = submit_request(page, "Verified city")
+
+    # ---- the approver sees the bulk change's summary above its rows, and merges it
+    page = new_page(review_server.url)
+    sign_in(page, "approver", demo_workspace.passwords["approver"], settle)
+    page.goto(f"/review?cr={cr_id}")
+    settle(page, page.get_by_role("heading", name="Verified city"))
+    summary = page.locator(".st-key-review_diff_bulk")
+    expect(summary).to_contain_text(f"Bulk change · city: find '{city}' → '{new_city}' in {shown} row")
+    diff = page.locator(".st-key-review_changes")
+    expect(diff.locator("tbody tr[data-kind='update']")).to_have_count(min(shown, 50))
+    expect(diff.locator("td.oreo-changed[data-column='city'] ins").first).to_have_text(new_city)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.locator(".st-key-review_changes").scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "bulk_review.png"))
+    page.get_by_role("button", name="Approve", exact=True).click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    wait_idle(page)
+    dialog.get_by_role("button", name="Approve and merge").click()
+    expect(alert(page, f"Merged {cr_id}")).to_be_visible(timeout=SLOW_MS)
+
+    after = {r["row_id"]: r["city"] for r in _cities(main)}
+    assert {r for r, c in after.items() if c == new_city} == set(matching)
+    assert {r: c for r, c in after.items() if r not in matching} == {
+        r["row_id"]: r["city"] for r in before if r["row_id"] not in matching
+    }

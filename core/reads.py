@@ -724,6 +724,18 @@ def matching_values(
         raise InvalidInput(f"unknown column {column!r}; columns are: {', '.join(columns)}", field="column")
     where, where_params = where_sql(list(conditions or []), columns)
     held = _held_version(path, version, known_total)
+    plain = overlay is None or not overlay.rows
+    if held is not None and plain and type_family(columns[column]) == "text" and columns.get("row_id") == "VARCHAR":
+        # Text as stored is its text: DuckDB only finds the rows, Arrow takes their two columns.
+        view = f"oreo_held_{uuid.uuid4().hex}"
+        cursor().register(view, held.positioned)
+        try:
+            sql = f"SELECT {quote_ident(_POS)} FROM {view}{where}"
+            positions = _run(sql, list(where_params), path).to_arrow_table().column(0)
+        finally:
+            cursor().unregister(view)
+        found = held.table.select(["row_id", column]).take(positions)
+        return found.rename_columns(["row_id", "value"])
     source, source_params, views = _source(path, version, overlay, columns, held)
     if held is not None and not views:
         source, source_params = f"oreo_base_{uuid.uuid4().hex}", []

@@ -515,3 +515,14 @@ def test_api_previews_applies_lists_and_undoes_a_bulk_change(ctx: Ctx, monkeypat
         assert again.status_code == 404
         empty = client.post(base, json={"column": "age", "set": {"value": None}, "where": ["id = 1"]})
         assert empty.status_code == 201 and empty.json()["summary"] == "age: set to ∅ in 1 row"
+
+
+def test_matching_rows_read_the_same_from_a_version_held_in_memory(ctx: Ctx) -> None:
+    """A held version (from its second read) answers from memory with the rows and texts of a scan."""
+    path = location(layout_for("demo", "people").main)
+    conditions = [parse_where("age between 25 and 40"), parse_where("city is not empty")]
+    scanned = reads.matching_values(path, 0, "city", conditions=conditions)
+    reads.matching_values(path, 0, "name", conditions=conditions)  # the second read holds the version
+    assert reads._held_version(path, 0, None) is not None
+    held = reads.matching_values(path, 0, "city", conditions=conditions)
+    assert held.to_pylist() == scanned.to_pylist() and held.num_rows > 5

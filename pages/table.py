@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from app import bulk_views, editing, filter_bar
+from app import bulk_views, editing, filter_bar, live_views
 from app.approval_views import SUBMIT_STAGES, StageStatus, stage_summary
 from app.components import (
     DATASET_KEY,
@@ -287,6 +287,7 @@ with oreo_errors():
                 sessions.apply_edits(catalog(), session.session_id, ops, actor=user)
             else:  # a first edit that is refused starts no session
                 sessions.save_edits(catalog(), project_id, dataset_id, ops, actor=user)
+        live_views.tell_overlaps(catalog(), user, project_id, dataset_id, ops)  # said, not refused
 
     def read_page(page_no: int) -> Page:
         offset = (page_no - 1) * page_size
@@ -316,6 +317,10 @@ with oreo_errors():
         f"{rows_span(first, last, page.total)} · version {info.version} · "
         f"{'key ' + info.key_column if info.key_column else 'generated row ids'} · {order_note}"
     )
+    live_views.table_live(
+        catalog(), user, project_id, dataset_id, shown_version=int(info.version or 0),
+        session_id=session.session_id if session else None,
+    )  # fmt: skip
     if page.total == 0 and conditions:
         culprit = reads.first_emptying_condition(Path(info.path), conditions, version=info.version)
         which = culprit or conditions[-1]
@@ -383,6 +388,9 @@ with oreo_errors():
                 "withdraw it on My requests to drop them."
             )
 
+    if session is not None and int(info.version or 0) > session.base_version:
+        live_views.conflicts_panel(catalog(), user, session, reset_editor)
+
     # ---------------------------------------------------------------- cells emptied in the grid, to confirm
     clears: list[dict[str, Any]] = st.session_state.get(CLEARS_KEY, [])
     if clears:
@@ -409,6 +417,7 @@ with oreo_errors():
                 st.rerun()
 
     frame = editing.grid_frame(page.rows, columns, deletable=True)
+    live_views.mark_overlaps(catalog(), user, project_id, dataset_id, frame)
     row_ids = tuple(str(r) for r in frame["row_id"]) if len(frame) else ()
     if st.session_state.get("table_editor_rows") not in (None, row_ids):
         reset_editor()  # other rows: the browser's pending edits point at old positions

@@ -454,8 +454,9 @@ def test_each_user_sees_only_their_own_session(workspace: Catalog) -> None:
     edit(workspace, "eve", SetCell("1000", "plan", "enterprise"))
     at = signed_in("erin", TABLE_PAGE)
 
-    assert _row(at, "1000")["plan"] == "free"
-    assert _row(at, "1000")[editing.MARK_COLUMN] == ""
+    assert _row(at, "1000")["plan"] == "free"  # eve's draft value is hers
+    # Only that she has a change pending on the cell is said (issue 29 §2).
+    assert _row(at, "1000")[editing.MARK_COLUMN] == "also pending: plan · Eve (session)"
     assert "Pending changes (0)" in _expander_labels(at)
 
 

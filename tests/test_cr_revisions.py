@@ -9,8 +9,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
+from app.thread_views import cell_notes
 from core import change_requests as crs
-from core import maintenance, merge, reads, sessions
+from core import imports, maintenance, merge, reads, sessions
 from core.auth import SYSTEM, Role, add_member, create_user, get_user
 from core.catalog import Catalog, CommentRow, open_catalog, reset_catalogs
 from core.config import get_settings
@@ -18,6 +19,7 @@ from core.datasets import create_dataset, layout_for
 from core.errors import ConflictError, EngineError, InvalidInput, PermissionDenied
 from core.projects import create_project
 from core.sessions import SetCell
+from tests.test_cli import assert_one_error_line, run
 
 pytestmark = pytest.mark.spark
 
@@ -29,9 +31,8 @@ def _switch(env: dict[str, str], mp: pytest.MonkeyPatch) -> None:
     reset_catalogs()
 
 
-@pytest.fixture(scope="module")
-def env(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    base = tmp_path_factory.mktemp("revisions")
+def _seed(base: Path) -> dict[str, str]:
+    """Project demo with editors ed and vi, approvers al and bo, and dataset people (10 rows) under ``base``."""
     env = {"DELTA_DATA_ROOT": str(base / "delta"), "OREO_DATABASE_URL": f"sqlite:///{base / 'catalog.db'}"}
     source = base / "people.csv"
     source.write_text("id,name,age\n" + "".join(f"{i},name {i},{20 + i}\n" for i in range(1, 11)))
@@ -48,9 +49,26 @@ def env(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # t
     return env
 
 
+@pytest.fixture(scope="module")
+def env(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return _seed(tmp_path_factory.mktemp("revisions"))
+
+
 @pytest.fixture
 def catalog(env: dict[str, str], data_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
     _switch(env, monkeypatch)
+    yield open_catalog()
+
+
+@pytest.fixture(scope="module")
+def own_env(spark, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """A workspace of their own for the tests at the end, whose rows and sessions the tests above leave alone."""
+    return _seed(tmp_path_factory.mktemp("revisions-own"))
+
+
+@pytest.fixture
+def own_catalog(own_env: dict[str, str], data_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Catalog]:
+    _switch(own_env, monkeypatch)
     yield open_catalog()
 
 
@@ -244,3 +262,116 @@ def test_comments_are_append_only_on_postgres(postgres_url: str, monkeypatch: py
     with catalog.engine.connect() as conn:
         assert conn.execute(text("SELECT body FROM cr_comments WHERE cr_id = 'cr_pgthread'")).scalar_one() == "kept"
         assert conn.execute(text("SELECT revision FROM change_requests WHERE id = 'cr_pgthread'")).scalar_one() == 1
+
+
+# ---------------------------------------------------------------- a request's session, comments per revision, imports
+
+
+def test_the_session_of_a_request_in_review_cannot_be_discarded(own_catalog: Catalog) -> None:
+    ed, al = get_user(own_catalog, "ed"), get_user(own_catalog, "al")
+    create_user(own_catalog, "root", password="root-password-1")
+    add_member(own_catalog, "demo", "root", Role.ADMIN)
+    root = get_user(own_catalog, "root")
+    cr = _submit(own_catalog, [SetCell("2", "age", "200")])
+    session_id = cr.session_id or ""
+    layout = layout_for("demo", "people")
+
+    with pytest.raises(ConflictError) as open_refusal:
+        sessions.discard_session(own_catalog, session_id, actor=ed)
+    assert str(open_refusal.value) == (
+        f"session {session_id} belongs to change request {cr.id} in review; withdraw the request first"
+    )
+    crs.request_changes(own_catalog, cr.id, "age 200 is impossible", actor=al)
+    sessions.apply_edits(own_catalog, session_id, [SetCell("2", "age", "32")], actor=ed)
+    for who in (ed, root):  # the author, and an admin discarding someone else's session
+        with pytest.raises(ConflictError) as refused:
+            sessions.discard_session(own_catalog, session_id, actor=who)
+        assert str(refused.value) == (
+            f"session {session_id} belongs to change request {cr.id} awaiting revision; withdraw the request first"
+        )
+    assert layout.session_metadata(session_id).is_file()
+
+    # Nothing was lost: the author revises from the same session.
+    revised = crs.revise_change_request(own_catalog, cr.id, actor=ed)
+    assert (revised.state, revised.revision) == (crs.CRState.OPEN, 2)
+
+    # Once the request is closed, its session goes with it; a plain open session still discards.
+    crs.withdraw_change_request(own_catalog, cr.id, actor=ed)
+    assert not layout.session_dir(session_id).exists()
+    fresh = sessions.open_session(own_catalog, "demo", "people", actor=ed)
+    sessions.apply_edits(own_catalog, fresh.session_id, [SetCell("3", "age", "33")], actor=ed)
+    sessions.discard_session(own_catalog, fresh.session_id, actor=ed)
+    assert not layout.session_dir(fresh.session_id).exists()
+
+
+def test_a_cell_comment_keeps_its_revision_and_shows_only_in_that_revisions_diff(
+    own_catalog: Catalog,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ed, al = get_user(own_catalog, "ed"), get_user(own_catalog, "al")
+    cr = _submit(own_catalog, [SetCell("4", "age", "400")])
+    first = crs.add_comment(own_catalog, cr.id, "400?", actor=al, row_id="4", column="age")
+    assert first.revision == 1
+    crs.request_changes(own_catalog, cr.id, "fix the age", actor=al)
+    sessions.apply_edits(own_catalog, cr.session_id or "", [SetCell("4", "age", "40")], actor=ed)
+    crs.revise_change_request(own_catalog, cr.id, actor=ed)
+    second = crs.add_comment(own_catalog, cr.id, "40 is fine", actor=al, row_id="4", column="age")
+
+    thread = crs.comments(own_catalog, cr.id, actor=ed)
+    assert [(c.body, c.row_id, c.revision) for c in thread] == [
+        ("400?", "4", 1),
+        ("fix the age", None, 1),
+        ("40 is fine", "4", 2),
+    ]
+    assert second.revision == 2
+    # Revision 2's diff shows only the comment made on it beside the cell; revision 1's, only the first.
+    assert cell_notes(thread, 2) == {("4", "age"): ["al: 40 is fine"]}
+    assert cell_notes(thread, 1) == {("4", "age"): ["al: 400?"]}
+
+    shown = run(capsys, "--json", "cr", "show", cr.id)
+    assert shown.code == 0, shown.err
+    assert [(c["text"], c["revision"]) for c in shown.json()["thread"]] == [
+        ("400?", 1),
+        ("fix the age", 1),
+        ("40 is fine", 2),
+    ]
+    human = run(capsys, "cr", "show", cr.id)
+    assert "(revision 1) al on row 4 · age: 400?" in human.out
+    assert "(revision 2) al on row 4 · age: 40 is fine" in human.out
+
+    # A closing comment is on the revision the request ended at.
+    crs.reject_change_request(own_catalog, cr.id, actor=al, reason="not now")
+    assert [(c.body, c.revision) for c in crs.comments(own_catalog, cr.id, actor=ed)][-1] == ("not now", 2)
+
+
+def test_an_import_is_not_sent_back_for_changes_nor_revised(
+    own_catalog: Catalog,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ed, al = get_user(own_catalog, "ed"), get_user(own_catalog, "al")
+    extra = tmp_path / "more.csv"
+    extra.write_text("id,name,age\n11,name 11,31\n")
+    cr, _ = imports.import_file(own_catalog, "demo", "people", extra, actor=ed)
+    assert cr.kind == "import"
+
+    with pytest.raises(ConflictError) as asked:
+        crs.request_changes(own_catalog, cr.id, "wrong file", actor=al)
+    assert str(asked.value) == (
+        f"import requests are revised by importing again: change request {cr.id} stages a file, not edits; "
+        "reject it with a reason instead"
+    )
+    assert crs.get_change_request(own_catalog, cr.id, actor=al).state == crs.CRState.OPEN
+    assert_one_error_line(
+        run(capsys, "cr", "request-changes", cr.id, "--as", "al", "--reason", "wrong file"),
+        "import requests are revised by importing again: .* reject it with a reason instead$",
+    )
+    assert_one_error_line(
+        run(capsys, "cr", "revise", cr.id, "--as", "ed"),
+        f"import requests are revised by importing again: change request {cr.id} stages a file, not edits; "
+        "withdraw it and import a corrected file$",
+    )
+    # What the approver does instead: reject with a reason, which reaches the author's thread.
+    rejected = crs.reject_change_request(own_catalog, cr.id, actor=al, reason="wrong file: use the May export")
+    assert rejected.state == crs.CRState.REJECTED
+    assert [c.body for c in crs.comments(own_catalog, cr.id, actor=ed)] == ["wrong file: use the May export"]

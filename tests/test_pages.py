@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import auth, datasets, projects
+from core import auth, datasets, diff, projects
 from core.catalog import Catalog, open_catalog, reset_catalogs
 from core.config import get_settings
+from tests.page_support import signed_in, texts, user
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -315,3 +316,56 @@ def test_sso_identity_gets_the_role_its_group_grants(
     at.run(timeout=60)
     assert _texts(at.title) == ["Oreo"]
     assert "oreo_username" not in at.session_state
+
+
+# ---------------------------------------------------------------- the Datasets page's settings (admins only)
+
+
+DATASETS_PAGE = "../pages/datasets.py"
+
+
+@pytest.fixture
+def adam(workspace: Catalog) -> auth.User:
+    """``adam``, an admin of shop: dataset settings are for admins."""
+    user, _ = auth.create_user(workspace, "adam", password="adam-password-1")
+    auth.add_member(workspace, "shop", "adam", auth.Role.ADMIN)
+    return user
+
+
+def test_an_admin_sets_the_identifying_columns_on_the_datasets_page(workspace: Catalog, adam: auth.User) -> None:
+    at = signed_in("adam", DATASETS_PAGE)
+    assert "Dataset settings" in [e.label for e in at.expander]
+    chooser = at.multiselect(key="labels_columns_shop_orders")
+    assert chooser.value == diff.label_columns(workspace, "shop", "orders", actor=user(workspace, "adam"))
+    assert chooser.max_selections == 3
+    assert at.button(key="labels_save_shop").disabled  # nothing changed yet
+
+    chooser.set_value(["amount", "plan"]).run(timeout=120)
+    at.button(key="labels_save_shop").click().run(timeout=120)
+    assert not at.exception, at.exception
+    assert diff.label_columns(workspace, "shop", "orders", actor=user(workspace, "erin")) == ["amount", "plan"]
+    assert "shop/orders: diffs now show amount, plan." in texts(at.success)
+    assert at.multiselect(key="labels_columns_shop_orders").value == ["amount", "plan"]
+
+    at.button(key="labels_reset_shop").click().run(timeout=120)
+    info = datasets.get_dataset(workspace, "shop", "orders", actor=user(workspace, "adam"))
+    default = diff.default_label_columns("order_id", datasets.dataset_columns(info))
+    assert diff.label_columns(workspace, "shop", "orders", actor=user(workspace, "adam")) == default
+
+
+def test_a_demoted_admin_loses_the_setting_before_it_saves(workspace: Catalog, adam: auth.User) -> None:
+    at = signed_in("adam", DATASETS_PAGE)
+    before = diff.label_columns(workspace, "shop", "orders", actor=user(workspace, "adam"))
+    at.multiselect(key="labels_columns_shop_orders").set_value(["plan"]).run(timeout=120)
+    # Demoted while the page was open: the next run re-reads the role, offers no settings and saves nothing.
+    auth.add_member(workspace, "shop", "adam", auth.Role.EDITOR)
+    at.button(key="labels_save_shop").click().run(timeout=120)
+    assert not at.exception, at.exception
+    assert "Dataset settings" not in [e.label for e in at.expander]
+    assert diff.label_columns(workspace, "shop", "orders", actor=user(workspace, "adam")) == before
+
+
+def test_editors_do_not_see_dataset_settings(workspace: Catalog) -> None:
+    at = signed_in("erin", DATASETS_PAGE)
+    assert "Dataset settings" not in [e.label for e in at.expander]
+    assert not [m for m in at.multiselect if str(m.key).startswith("labels_columns_")]

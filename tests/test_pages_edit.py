@@ -32,6 +32,7 @@ from tests.page_support import (
     has_text,
     order,
     pending,
+    seed_requests,
     seed_workspace,
     signed_in,
     texts,
@@ -614,6 +615,76 @@ def test_grid_frame_types_columns_and_marks_changes() -> None:
     # Numbers are edited as text: the grid's number editor dropped characters it did not expect.
     assert str(frame["n"].dtype) == "string" and list(frame["n"].fillna("∅")) == ["1", "∅", "3"]
     assert str(frame["name"].dtype) == "string"
+
+
+# ---------------------------------------------------------------- a session under a change request, and its words
+
+
+@pytest.fixture(scope="module")
+def seeded_requests(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The workspace with open change requests (``seed_requests``): a session may be one's, awaiting a revision."""
+    folder = tmp_path_factory.mktemp("pages-edit-requests")
+    return folder, seed_requests(folder)
+
+
+@pytest.fixture
+def ids(seeded_requests: tuple[Path, dict[str, str]]) -> dict[str, str]:
+    return seeded_requests[1]
+
+
+@pytest.fixture
+def in_review(seeded_requests: tuple[Path, dict[str, str]], data_root: Path) -> Catalog:
+    return copy_workspace(seeded_requests[0], data_root)
+
+
+def test_the_table_page_will_not_discard_a_session_awaiting_its_revision(
+    in_review: Catalog, ids: dict[str, str]
+) -> None:
+    cr_id = ids["warn"]
+    change_requests.request_changes(in_review, cr_id, "use gold", actor=user(in_review, "abe"))
+    cr = change_requests.get_change_request(in_review, cr_id, actor=user(in_review, "erin"))
+    gold = [sessions.SetCell("1000", "plan", "gold")]
+    sessions.apply_edits(in_review, cr.session_id or "", gold, actor=user(in_review, "erin"))
+    at = signed_in("erin", TABLE_PAGE)
+    discard = at.button(key="table_discard")
+    assert discard.disabled
+    assert cr_id in (discard.help or "") and "withdraw the request on My requests" in (discard.help or "")
+    assert has_text(at.caption, f"You are revising change request `{cr_id}`")
+    assert has_text(at.caption, "cannot be discarded while the request waits")
+    # A plain session with pending edits, of another editor, still discards from the same page.
+    edit(in_review, "eve", sessions.SetCell("1001", "amount", "99.25"))
+    other = signed_in("eve", TABLE_PAGE)
+    assert not other.button(key="table_discard").disabled
+    assert not has_text(other.caption, "You are revising")
+
+
+def test_a_revision_submitted_on_the_table_page_names_its_request_and_keeps_its_title(
+    in_review: Catalog, ids: dict[str, str]
+) -> None:
+    cr_id = ids["warn"]
+    change_requests.request_changes(in_review, cr_id, "use gold", actor=user(in_review, "abe"))
+    cr = change_requests.get_change_request(in_review, cr_id, actor=user(in_review, "erin"))
+    sessions.apply_edits(
+        in_review, cr.session_id or "", [sessions.SetCell("1000", "plan", "gold")], actor=user(in_review, "erin")
+    )
+    at = signed_in("erin", TABLE_PAGE)
+    at.button(key="table_submit").click().run(timeout=120)
+    assert has_text(at.markdown, f"as revision **2** of **{cr.title}** (`{cr_id}`)")
+    assert not [t for t in at.text_input if t.key == "submit_title"]  # a revision keeps its title
+
+    at.button(key="submit_confirm").click().run(timeout=900)
+    assert not at.exception, at.exception
+    revised = change_requests.get_change_request(in_review, cr_id, actor=user(in_review, "erin"))
+    assert (revised.revision, revised.title) == (2, cr.title)
+    said = texts(at.success) + texts(at.warning)
+    assert any(f"Submitted revision 2 of change request `{cr_id}` ({cr.title})" in t for t in said), said
+
+
+def test_the_table_page_names_the_session_in_words_not_by_its_id(workspace: Catalog) -> None:
+    session = edit(workspace, "eve", sessions.SetCell("1001", "amount", "99.25"))
+    at = signed_in("eve", TABLE_PAGE)
+    assert has_text(at.caption, "Your editing session (from version 0) · **1** pending change(s)"), texts(at.caption)
+    assert not has_text(at.caption, session.session_id)
 
 
 def test_changing_every_matching_row_is_previewed_then_one_pending_change_undone_as_one(workspace: Catalog) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from core import change_requests, datasets, merge
+from core import change_requests, datasets, imports, merge
 from core.catalog import Catalog
 from core.change_requests import CRState
 from tests.diff_support import diff_rows, html_bodies
@@ -344,3 +344,19 @@ def test_a_withdrawn_request_shows_its_state_and_what_it_held(workspace: Catalog
     # Its staged rows are gone: the page says what it held instead of an empty diff ("0 rows").
     assert has_text(at.info, "It changed **1** row(s), **1** cell(s) of `shop/orders`.")
     assert not [m for m in at.metric if m.label == "Rows updated"]
+
+
+# ---------------------------------------------------------------- an import is rejected, not sent back
+
+
+def test_the_review_page_offers_reject_not_request_changes_for_an_import(workspace: Catalog, tmp_path: Path) -> None:
+    more = tmp_path / "more.csv"
+    more.write_text("order_id,plan,amount\n9001,pro,1.50\n")
+    cr, _ = imports.import_file(workspace, "shop", "orders", more, actor=user(workspace, "erin"))
+    at = signed_in("abe", REVIEW_PAGE)
+    at.selectbox(key="review_cr").select(cr.id).run(timeout=120)
+    assert not at.exception, at.exception
+    asked = at.button(key="review_request_changes")
+    assert asked.disabled and "Reject it with a reason" in (asked.help or "")
+    assert has_text(at.caption, "An import can't be sent back for changes")
+    assert not at.button(key="review_reject").disabled

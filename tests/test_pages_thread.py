@@ -127,3 +127,32 @@ def test_my_requests_opens_a_request_with_its_thread_and_history(workspace: Cata
     assert any("looks fine" in t.value for t in at.text)
     assert list(_table(at, "by")["state"]) == ["open"]
     assert html_bodies(at), "the request's row diff is drawn"
+
+
+# ---------------------------------------------------------------- a cell comment stays with its revision
+
+
+def test_a_cell_comment_shows_beside_its_cell_only_on_its_revision(workspace: Catalog, ids: dict[str, str]) -> None:
+    cr_id = ids["warn"]
+    abe, erin = user(workspace, "abe"), user(workspace, "erin")
+    change_requests.add_comment(workspace, cr_id, "platinum?", actor=abe, row_id="1000", column="plan")
+    change_requests.request_changes(workspace, cr_id, "use gold", actor=abe)
+    session_id = change_requests.get_change_request(workspace, cr_id, actor=erin).session_id or ""
+    sessions.apply_edits(workspace, session_id, [sessions.SetCell("1000", "plan", "gold")], actor=erin)
+    change_requests.revise_change_request(workspace, cr_id, actor=erin)
+
+    at = signed_in("abe", REVIEW_PAGE)
+    at.selectbox(key="review_cr").select(cr_id).run(timeout=120)
+    assert not at.exception, at.exception
+
+    def plan_cell() -> str:
+        markup = "\n".join(html_bodies(at))
+        return markup.split('data-row-id="1000" data-column="plan"', 1)[1].split("</td>", 1)[0]
+
+    assert "oreo-note" not in plan_cell()  # revision 1's comment is not beside revision 2's cell
+    assert has_text(at.markdown, "on revision 1") and has_text(at.markdown, "on row 1000 · plan")
+
+    change_requests.add_comment(workspace, cr_id, "gold is right", actor=abe, row_id="1000", column="plan")
+    at.run(timeout=120)
+    assert 'class="oreo-note" title="abe: gold is right"' in plan_cell()
+    assert has_text(at.markdown, "on revision 2")

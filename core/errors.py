@@ -1,8 +1,8 @@
 """Every error Oreo raises on purpose.
 
 Callers catch ``OreoError`` to show a clean, one-line message; the families below let
-them react by kind (the CLI maps all of them to exit code 1, pages render them through
-one helper).
+them react by kind. How each family is shown (the CLI's exit code, the API's status and
+type, how much of the message) is one table above core, ``interface/errors.py``.
 
     OreoError
     ├── NotFound                    a project, dataset, user, version... does not exist

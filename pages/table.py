@@ -32,6 +32,7 @@ from app.components import (
     status_badge,
     wait_for_engine,
 )
+from app.facet_views import facet_panel
 from app.filter_bar import CONDITIONS_KEY, TableQuery
 from app.formatting import EMPTY, display_value, rows_span, shortened
 from core import auth, bulk, change_requests, datasets, reads, sessions
@@ -330,6 +331,15 @@ with oreo_errors():
             + " Remove it or clear the filters.",
             icon=":material/filter_alt_off:",
         )
+
+    # A value clicked in the column's facet joins the filters (and the page goes back to page 1).
+    clicked = facet_panel(
+        catalog(), user, info, columns, conditions, session.session_id if session else None,
+        can_merge=can_edit, on_merged=reset_editor,
+    )  # fmt: skip
+    if clicked is not None and clicked not in conditions:
+        st.session_state[CONDITIONS_KEY] = [*conditions, clicked]
+        st.rerun()
 
     st.html(HEADER_SHIELD)
     config = editing.column_config(

@@ -1,12 +1,16 @@
 """The demo workspace: project ``demo``, dataset ``customers`` and three accounts.
 
 Rows are generated from seeded pools of Faker values, so 100,000 realistic customers
-take a second instead of minutes, and every run produces the same table.
+take a second instead of minutes, and every run produces the same table. About one city
+in twenty is spelled the way people type it (other case, stray or doubled spaces, accents
+left off, a hyphen for a space, a typo), so a new user has near-duplicates to cluster.
 """
 
 from __future__ import annotations
 
 import tempfile
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +31,39 @@ DEMO_ACCOUNTS = (
     ("admin", auth.Role.ADMIN),
 )
 PLANS = ("free", "starter", "pro", "enterprise")
+MISSPELT_SHARE = 0.05
+
+
+def _plain(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+
+
+def _swapped(text: str) -> str:
+    middle = len(text) // 2
+    return text[: middle - 1] + text[middle] + text[middle - 1] + text[middle + 1 :] if len(text) > 3 else text
+
+
+# How people misspell a city: each keeps its fingerprint (the first five), its n-grams (the hyphen), or is a typo.
+_MISSPELLINGS: tuple[Callable[[str], str], ...] = (
+    str.lower,
+    str.upper,
+    lambda city: city + " ",
+    lambda city: city.replace(" ", "  ", 1) if " " in city else " " + city,
+    lambda city: _plain(city) if _plain(city) != city else city.lower(),
+    lambda city: city.replace(" ", "-") if " " in city else city.replace("-", " "),
+    _swapped,
+)
+
+
+def _misspelt(cities: np.ndarray, seed: int) -> np.ndarray:
+    """``cities`` with about ``MISSPELT_SHARE`` of them misspelt; its own generator leaves the other columns alone."""
+    rng = np.random.default_rng(seed + 1)
+    chosen = np.flatnonzero(rng.random(len(cities)) < MISSPELT_SHARE)
+    kinds = rng.integers(0, len(_MISSPELLINGS), len(chosen))
+    out = cities.astype(object)
+    for row, kind in zip(chosen, kinds, strict=True):
+        out[row] = _MISSPELLINGS[kind](str(cities[row]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -79,7 +116,7 @@ def customers_table(rows: int, seed: int = 7) -> pa.Table:
             "first_name": pa.array(firsts),
             "last_name": pa.array(lasts),
             "email": pa.array(emails),
-            "city": pa.array(cities[pi]),
+            "city": pa.array(_misspelt(cities[pi], seed), pa.string()),
             "country": pa.array(countries[pi]),
             "plan": pa.array(plan),
             "monthly_spend": pa.array(spend, pa.float64()),

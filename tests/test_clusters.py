@@ -19,6 +19,7 @@ from core import auth, bulk, clusters, facets, projects, sessions
 from core.catalog import Catalog, DatasetRow
 from core.config import get_settings
 from core.datasets import layout_for
+from core.demo import customers_table
 from core.duck import cursor
 from core.errors import InvalidInput
 from core.filters import Condition
@@ -348,3 +349,15 @@ def test_merging_clusters_is_one_bulk_change_with_a_preview(catalog: Catalog, da
     assert {v.value: v.rows for v in after.values} == {"New York": 5, "new york": 1, "Paris": 2, "Lyon": 1, None: 1}
     again = clusters.dataset_clusters(catalog, "p", "d", "city", actor=editor, session_id=change.session_id)
     assert [[v.value for v in c.values] for c in again.clusters] == [["New York", "new york"]]
+
+
+def test_the_demo_s_cities_have_near_duplicates_to_cluster(tmp_path: Path) -> None:
+    table = customers_table(1200)
+    path = tmp_path / "customers"
+    write_deltalake(path, table.select(["customer_id", "city"]))
+    found = clusters.column_clusters(path, "city")
+    assert len(found.clusters) >= 10
+    spelt = {v.value for c in found.clusters for v in c.values[1:]}
+    assert any(v != v.strip() for v in spelt) and any(v.islower() for v in spelt) and any(v.isupper() for v in spelt)
+    assert clusters.column_clusters(path, "city", method="levenshtein").clusters  # typos too
+    assert table.column("plan").to_pylist() == customers_table(1200).column("plan").to_pylist()  # seeded: the same

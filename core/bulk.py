@@ -718,9 +718,11 @@ def undo_bulk(catalog: Catalog, session_id: str, bulk_id: str, *, actor: User) -
     """
     info, layout = sessions.editable_session(catalog, session_id, actor=actor)
     events = sessions.read_events(layout, session_id)
-    if _live_markers(events.to_pylist()).get(bulk_id) is None:
+    markers = events.filter(pc.equal(events.column("column"), sessions.BULK_MARKER)).to_pylist()
+    marker = _live_markers(markers).get(bulk_id)
+    if marker is None:
         raise NotFound(f"session {session_id} has no pending bulk change {bulk_id!r}", kind="bulk", ident=bulk_id)
-    restored = _restoring(events, bulk_id)
+    restored = _restoring(events, bulk_id, json.loads(marker["new_value"])["column"])
     rows = restored.column("row_id").combine_chunks()
     marker_id, cell_ids = sessions.bulk_edit_ids(rows)
     count = restored.num_rows + 1
@@ -746,7 +748,7 @@ def undo_bulk(catalog: Catalog, session_id: str, bulk_id: str, *, actor: User) -
     return restored.num_rows
 
 
-def _restoring(events: pa.Table, bulk_id: str) -> pa.Table:
+def _restoring(events: pa.Table, bulk_id: str, column: str) -> pa.Table:
     """The events that put each cell whose newest event is the bulk's back to its event before."""
     view = f"oreo_events_{new_id('v')}"
     cursor().register(view, events)
@@ -755,13 +757,13 @@ def _restoring(events: pa.Table, bulk_id: str) -> pa.Table:
             WITH cells AS (
                 SELECT row_id, "column", old_value, new_value, validation,
                        row_number() OVER (PARTITION BY row_id, "column" ORDER BY edit_id DESC) AS rank
-                FROM {view} WHERE "column" NOT IN (?, ?))
+                FROM {view} WHERE "column" = ?)
             SELECT l.row_id, l."column", l.old_value,
                    CASE WHEN p.rank IS NULL THEN l.old_value ELSE p.new_value END AS new_value,
                    CASE WHEN p.rank IS NULL THEN '{{}}' ELSE p.validation END AS validation
             FROM cells l LEFT JOIN cells p ON p.row_id = l.row_id AND p."column" = l."column" AND p.rank = 2
             WHERE l.rank = 1 AND l.validation = ?"""
-        params = [sessions.BULK_MARKER, sessions.ROW_MARKER, json.dumps({"bulk": bulk_id})]
+        params = [column, json.dumps({"bulk": bulk_id})]
         return cursor().execute(sql, params).to_arrow_table()
     finally:
         cursor().unregister(view)

@@ -482,18 +482,19 @@ class ReplaceSpec(_Body):
 class BulkBody(_Body):
     """One bulk change of ``column`` in every row matching ``where``: one of ``set``, ``replace`` or ``transform``."""
 
+    # Exactly one operation; each is left out rather than sent as null.
     model_config = ConfigDict(
-        json_schema_extra=_one_of_these(
-            {"set": {"type": "object"}}, {"replace": {"type": "object"}}, {"transform": {"type": "string"}}
-        )
+        json_schema_extra={"oneOf": [{"required": ["set"]}, {"required": ["replace"]}, {"required": ["transform"]}]}
     )
     session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
     where: list[str] = Field(default_factory=list, description="COLUMN OP VALUE, as the CLI's --where; ANDed")
     column: str = Field(min_length=1)
-    set: SetAll | None = None
-    replace: ReplaceSpec | None = None
-    transform: str | None = Field(
-        default=None, description="trim, collapse, upper, lower, title, round:N, number:SEP or date:FORMAT"
+    set: SetAll = Field(default=None)  # type: ignore[assignment]
+    replace: ReplaceSpec = Field(default=None)  # type: ignore[assignment]
+    transform: str = Field(
+        default=None,  # type: ignore[assignment]
+        pattern=r"^(trim|collapse|upper|lower|title|round:-?[0-9]{1,2}|number:[.,]|date:.*%.*)$",
+        description="trim, collapse, upper, lower, title, round:N, number:SEP (. or ,) or date:FORMAT (strptime)",
     )
 
     def operation(self) -> bulk.Operation:
@@ -509,6 +510,7 @@ class BulkBody(_Body):
 
 
 def _bulk_call(project_id: str, dataset_id: str, body: BulkBody, user: auth.User, *, preview: bool) -> dict[str, Any]:
+    datasets.get_dataset(_catalog(), project_id, dataset_id, actor=user)  # an unknown dataset is 404 before a bad body
     operation = body.operation()
     conditions = [parse_where(text) for text in body.where]
     call = bulk.preview_bulk if preview else bulk.apply_bulk

@@ -15,6 +15,7 @@ from bench.workloads import (
     csv_append,
     diff_page,
     edit_save,
+    facet_cluster,
     history_list,
     merge_layout,
     migrate_postgres,
@@ -52,4 +53,6 @@ WORKLOADS: dict[str, Workload] = {
     app_approve.NAME: app_approve.run,
     bulk_set.STAGE: bulk_set.run_stage,
     bulk_set.APPROVE: bulk_set.run_approve,
+    facet_cluster.FACET: facet_cluster.run_facet,
+    facet_cluster.CLUSTER: facet_cluster.run_cluster,
 }

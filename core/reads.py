@@ -726,9 +726,11 @@ def matching_values(
     held = _held_version(path, version, known_total)
     plain = overlay is None or not overlay.rows
     if held is not None and plain and type_family(columns[column]) == "text" and columns.get("row_id") == "VARCHAR":
-        # Text as stored is its text: DuckDB only finds the rows, Arrow takes their two columns.
+        # Text as stored is its text: DuckDB only finds the rows, Arrow takes their two columns. DuckDB
+        # sees only the filtered columns (a wide table costs its scan setup per column).
         view = f"oreo_held_{uuid.uuid4().hex}"
-        cursor().register(view, held.positioned)
+        filtered = list(dict.fromkeys(c.column for c in conditions or []))
+        cursor().register(view, held.positioned.select([*filtered, _POS]))
         try:
             sql = f"SELECT {quote_ident(_POS)} FROM {view}{where}"
             positions = _run(sql, list(where_params), path).to_arrow_table().column(0)

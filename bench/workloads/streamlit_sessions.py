@@ -89,8 +89,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``streamlit run`` over the bench workspace on a free port, healthy; its process and URL."""
+def _start_server(log: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """``streamlit run`` over the bench workspace on a free port (``extra_env``: more settings), healthy."""
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.pop("SPARK_REMOTE", None)
@@ -98,6 +98,7 @@ def _start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
         DELTA_DATA_ROOT=str(DATA_DIR / "delta"),
         OREO_DATABASE_URL=f"sqlite:///{DATA_DIR / 'catalog.db'}",
         PYTHONDONTWRITEBYTECODE="1",
+        **(extra_env or {}),
     )
     streamlit = Path(sys.executable).parent / "streamlit"
     # No file watcher: other people edit the tree meanwhile, and a module reloaded under a

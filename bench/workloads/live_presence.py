@@ -1,0 +1,204 @@
+"""20 people with the Table page open, with presence and live notices on and off (issue 29 §4-5).
+
+The ``streamlit_sessions`` set-up (``streamlit run app/main.py`` over the bench workspace,
+headless Chromium, one browser context per person), but each person is an editor of their
+own (``bench_live_<n>``) and keeps the Table page of the 1,000,000-row table open without
+touching it, as someone reading it does. Measured, for the same 20 sessions:
+
+* presence off (``OREO_PRESENCE_REFRESH_S=0``): the server's CPU (its Python process, from
+  ``/proc``) over ``WINDOW_S`` seconds of open pages;
+* presence on (the default 5 s refresh): the same, so the difference is what the live
+  fragments cost - per session per minute, and per refresh;
+* presence on: commits to ``main`` made meanwhile (a one-cell change request, approved in
+  this process): the time from the approval returning to the "Version N of main landed"
+  notice showing in every session. Target: p95 <= 5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bench._data import DATA_DIR, PROJECT, ensure_approver, ensure_customers
+from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect
+from bench.workloads import streamlit_sessions as sessions_workload
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser, Page
+
+NAME = "live_presence"
+USERS = 20
+ROWS = 1_000_000
+WINDOW_S = 60.0
+REFRESH_S = 5
+COMMITS = 3
+SIGN_INS_AT_ONCE = 3
+FIRST_KEY = 100_001  # core.demo.customers_table's first customer_id
+USER_PREFIX = "bench_live_"
+WRITER = "bench_live_writer"
+MAX_NOTICE_P95_MS = 5000.0
+MAX_CPU_PER_REFRESH_MS = 5.0
+TIMEOUT_MS = sessions_workload.TIMEOUT_MS
+APP_IDLE = sessions_workload.APP_IDLE
+NOTICE = ".st-key-table_main_moved"
+
+
+def _ensure_people() -> str:
+    """The 20 readers and the writer, editors of the bench project, all with one fresh password."""
+    import secrets
+
+    from sqlalchemy import delete
+
+    from core import auth
+    from core.catalog import SignInFailureRow, open_catalog
+    from core.errors import NotFound
+
+    catalog = open_catalog()
+    with catalog.session() as s:  # a run stopped half-way may have left the loopback client throttled
+        s.execute(delete(SignInFailureRow))
+    password = secrets.token_urlsafe(12)
+    for name in [*(f"{USER_PREFIX}{n}" for n in range(USERS)), WRITER]:
+        try:
+            auth.get_user(catalog, name)
+            auth.set_password(catalog, name, password)
+        except NotFound:
+            auth.create_user(catalog, name, password=password, display_name=name.replace("_", " ").title())
+        if auth.role_in(catalog, auth.get_user(catalog, name), PROJECT) is None:
+            auth.add_member(catalog, PROJECT, name, auth.Role.EDITOR)
+    return password
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of one process, in seconds (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _open(browser: Browser, url: str, dataset: str, user: str, password: str) -> Page:
+    from playwright.async_api import expect as pw_expect
+
+    context = await browser.new_context(base_url=url, viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = await context.new_page()
+    await page.goto(f"/table?dataset={dataset}")
+    await pw_expect(page.locator(APP_IDLE)).to_be_attached(timeout=TIMEOUT_MS)
+    await page.get_by_role("textbox", name="Username").press_sequentially(user)
+    await page.get_by_role("textbox", name="Password").press_sequentially(password)
+    await page.get_by_role("button", name="Sign in", exact=True).click()
+    caption = page.get_by_test_id("stCaptionContainer").filter(has_text="Rows ")
+    # Not waited for: the script to be idle; with presence on, the page's fragment reruns every few seconds.
+    await pw_expect(caption).to_contain_text(f"of {ROWS:,}", timeout=TIMEOUT_MS)
+    return page
+
+
+def _commit(dataset_id: str, n: int) -> int:
+    """A one-cell change request by the writer, approved: a new version of main; returns it."""
+    from core import auth, change_requests, merge, sessions
+    from core.catalog import open_catalog
+
+    catalog = open_catalog()
+    writer, approver = auth.get_user(catalog, WRITER), auth.get_user(catalog, "bench_approver")
+    info, _ = sessions.save_edits(
+        catalog, PROJECT, dataset_id, [sessions.SetCell(str(FIRST_KEY + n), "city", f"Live {n} {time.time_ns()}")],
+        actor=writer,
+    )  # fmt: skip
+    cr = change_requests.submit_change_request(catalog, info.session_id, actor=writer, title=f"Live commit {n}")
+    return int(merge.approve_change_request(catalog, cr.id, actor=approver).merged_version or 0)
+
+
+@dataclass
+class _Mode:
+    cpu_s: float
+    notice_ms: list[float]
+    failures: list[str]
+
+
+async def _notice_seen(page: Page, version: int) -> float:
+    await page.locator(NOTICE).filter(has_text=f"Version {version} of main landed").wait_for(timeout=TIMEOUT_MS)
+    return time.perf_counter()
+
+
+async def _run_mode(url: str, pid: int, dataset: str, dataset_id: str, password: str, *, live: bool) -> _Mode:
+    from playwright.async_api import Error as PlaywrightError
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        chromium = sessions_workload.CHROMIUM
+        browser = await p.chromium.launch(executable_path=chromium, args=sessions_workload.CHROMIUM_ARGS)
+        try:
+            # A few sign-ins at a time: concurrent attempts from one address count against its throttle.
+            gate = asyncio.Semaphore(SIGN_INS_AT_ONCE)
+
+            async def one(n: int) -> Page:
+                async with gate:
+                    return await _open(browser, url, dataset, f"{USER_PREFIX}{n}", password)
+
+            pages = await asyncio.gather(*(one(n) for n in range(USERS)))
+            print(f"[bench] {NAME}: {USERS} pages open (presence {'on' if live else 'off'})", file=sys.stderr)
+            before = _cpu_seconds(pid)
+            await asyncio.sleep(WINDOW_S)  # the measured window: pages open, nobody touching them
+            cpu = _cpu_seconds(pid) - before
+            print(f"[bench] {NAME}: server CPU {cpu:.2f} s in {WINDOW_S:.0f} s", file=sys.stderr, flush=True)
+            waits: list[float] = []
+            failures: list[str] = []
+            for n in range(COMMITS if live else 0):
+                version = await asyncio.to_thread(_commit, dataset_id, n)
+                landed = time.perf_counter()
+                seen = await asyncio.gather(*(_notice_seen(page, version) for page in pages), return_exceptions=True)
+                for s in seen:
+                    if isinstance(s, PlaywrightError | TimeoutError):
+                        failures.append(str(s).splitlines()[0])
+                    elif isinstance(s, float):
+                        waits.append(max(0.0, s - landed) * 1000.0)
+            return _Mode(cpu, waits, failures)
+        finally:
+            await browser.close()
+
+
+def run(config: BenchConfig) -> WorkloadResult:
+    """Open the Table page in 20 browsers with presence off, then on; time notices of commits made meanwhile."""
+    table = ensure_customers(ROWS)
+    ensure_approver()
+    password = _ensure_people()
+    dataset = f"{PROJECT}/{table.dataset_id}"
+    modes: dict[bool, _Mode] = {}
+    for live in (False, True):
+        log = DATA_DIR / f"{NAME}_{'on' if live else 'off'}.log"
+        refresh = str(REFRESH_S if live else 0)
+        process, url = sessions_workload._start_server(log, extra_env={"OREO_PRESENCE_REFRESH_S": refresh})
+        try:
+            modes[live] = asyncio.run(_run_mode(url, process.pid, dataset, table.dataset_id, password, live=live))
+        finally:
+            sessions_workload._stop_server(process)
+    off, on = modes[False], modes[True]
+    expect(bool(on.notice_ms), f"no session saw a notice: {on.failures[:1]}")
+    per_min = 60.0 / WINDOW_S
+    off_ms, on_ms = off.cpu_s * 1000 * per_min / USERS, on.cpu_s * 1000 * per_min / USERS
+    per_refresh = (on_ms - off_ms) / (60.0 / REFRESH_S)
+    notice = Timing(label=f"commit to notice, {USERS} sessions x {COMMITS} commits", samples_ms=tuple(on.notice_ms))
+    return WorkloadResult(
+        name=NAME,
+        description=f"{USERS} open Table pages with presence and live notices on vs off; commit-to-notice time",
+        core=notice,
+        max_p95_ms=MAX_NOTICE_P95_MS,
+        notes={
+            "server CPU per session per minute, presence off": f"{off_ms:.0f} ms",
+            "server CPU per session per minute, presence on": f"{on_ms:.0f} ms (refresh every {REFRESH_S} s)",
+            "server CPU per refresh (on - off)": f"{per_refresh:.2f} ms",
+            "window": f"{WINDOW_S:.0f} s with {USERS} pages of {dataset} ({ROWS:,} rows) open, nobody touching them",
+            "notices seen": f"{len(on.notice_ms)} of {USERS * COMMITS}",
+        },
+        more_checks=[
+            Check(
+                "server CPU per refresh",
+                per_refresh <= MAX_CPU_PER_REFRESH_MS,
+                f"{per_refresh:.2f} ms (target <={MAX_CPU_PER_REFRESH_MS:g} ms)",
+            ),
+            Check("every session saw every notice", not on.failures, f"{len(on.failures)} missed"),
+        ],
+    )

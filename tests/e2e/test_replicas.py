@@ -250,3 +250,26 @@ def test_an_edit_on_one_replica_is_approved_on_the_other_and_a_restore_is_fenced
     expect(cell(editor(page_a), 0, "customer_id")).to_have_text(customer)
     expect(cell(editor(page_a), 0, "first_name")).to_have_text(old_name)
     shoot(page_a, shots, "replica-a-restored")
+
+
+def test_presence_reaches_across_replicas(
+    replicas: Replicas,
+    new_page: Callable[[str], Page],
+    settle: Settle,
+    shots: Path,
+) -> None:
+    """An editor on replica A and an approver on replica B see each other on one Table page (issue 29 §1).
+
+    Presence lives in the shared catalog, so neither server's memory has to know the other.
+    """
+    page_a = new_page(replicas.a.url)
+    sign_in(page_a, "editor", replicas.passwords["editor"], settle)
+    open_table(page_a, settle, ROWS)
+    page_b = new_page(replicas.b.url)
+    sign_in(page_b, "approver", replicas.passwords["approver"], settle)
+    open_table(page_b, settle, ROWS)
+    here_a, here_b = page_a.locator(".st-key-table_presence"), page_b.locator(".st-key-table_presence")
+    # Within a refresh or two (OREO_PRESENCE_REFRESH_S, 5 s): each page beats into the catalog and reads it back.
+    expect(here_b).to_contain_text(re.compile(r"Also here: Editor \(editor, for \d+ (s|min)\)"), timeout=60_000)
+    expect(here_a).to_contain_text(re.compile(r"Also here: Approver \(approver, for \d+ (s|min)\)"), timeout=60_000)
+    shoot(page_b, shots, "replica-b-presence")

@@ -523,8 +523,9 @@ def _refuse(column: str, value: str | None, why: str, row_ids: pa.Array, current
     named = ", ".join(repr(r) for r in rows.slice(0, NAMED_ROWS).to_pylist())
     more = f" and {len(rows) - NAMED_ROWS:,} more" if len(rows) > NAMED_ROWS else ""
     source = "" if set_all else f"from {value!r} "
+    where = f" in rows {named}{more}" if len(rows) else ""  # a set value is refused even when no row matches
     raise InvalidInput(
-        f"column {column!r} cannot hold the new value {source}({why}) in rows {named}{more}; nothing was saved",
+        f"column {column!r} cannot hold the new value {source}({why}){where}; nothing was saved",
         field=column,
     )
 

@@ -248,6 +248,17 @@ def test_a_refused_first_change_starts_no_session(ctx: Ctx) -> None:
     assert ctx.session() is None
 
 
+def test_a_value_the_column_cannot_hold_is_refused_even_when_no_row_matches(ctx: Ctx) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        bulk.apply_bulk(
+            ctx.catalog, "demo", "people", "age", bulk.SetValue("abc"), actor=ctx.ed,
+            conditions=[parse_where("id > 100000")],
+        )  # fmt: skip
+    assert str(refused.value).startswith("column 'age' cannot hold the new value ('abc' is not a number")
+    assert "in rows" not in str(refused.value)  # no empty list of rows
+    assert ctx.session() is None
+
+
 def test_over_the_cap_is_refused_with_the_count(ctx: Ctx, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OREO_MAX_BULK_ROWS", "10")
     get_settings.cache_clear()

@@ -476,6 +476,23 @@ def test_cli_previews_applies_and_undoes_a_bulk_change(ctx: Ctx, capsys: pytest.
     assert ctx.edits(doc["session_id"]) == {}
 
 
+def test_cli_session_show_lists_a_bulk_change_as_one_line(ctx: Ctx, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _oreo(capsys, "--json", "edit", "demo", "people", "--as", "ed", "--where", "id <= 22",
+                           "--replace", "city", "N.Y.", "NYC")  # fmt: skip
+    assert code == 0, err
+    made = json.loads(out)
+    assert _oreo(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "Solo")[0] == 0
+    code, out, err = _oreo(capsys, "session", "show", made["session_id"], "--as", "ed")
+    assert code == 0, err
+    lines = out.splitlines()[1:]
+    assert lines[0].split() == ["bulk", made["bulk_id"], *made["summary"].split()]
+    assert [line.split()[:3] for line in lines[1:]] == [["update", "1", "name"]]  # the bulk's cells are not listed
+    code, out, err = _oreo(capsys, "--json", "session", "show", made["session_id"], "--as", "ed")
+    doc = json.loads(out)
+    assert [b["bulk_id"] for b in doc["bulk_changes"]] == [made["bulk_id"]]
+    assert len(doc["edits"]) == made["changed"] + 1  # the document still lists every pending cell
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

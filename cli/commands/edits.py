@@ -212,13 +212,22 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
     """Show a session and its pending edits."""
     catalog = command_catalog()
     info = sessions.get_session(catalog, session_id, actor=acting_user(catalog, as_user))
-    edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
-    doc = documents.session_doc(info, edits)
+    layout = datasets.layout_for(info.project_id, info.dataset_id)
+    edits = sessions.effective_edits(layout, session_id)
+    own, bulks = bulk.pending_view(layout, session_id)
+    # Each bulk change is one line, as in the Table page's pending list; its cells are not listed one by one.
+    if bulks:
+        own_cells = {(p.row_id, p.column) for p in own if p.change == "update"}
+        shown = [e for e in edits if e.change != "update" or (e.row_id, e.column) in own_cells]
+    else:
+        shown = edits
+    doc = {**documents.session_doc(info, edits), "bulk_changes": [b.to_json() for b in bulks]}
     lines = [
         f"session {info.session_id} of {info.owner} on {info.project_id}/{info.dataset_id} (base v{info.base_version})"
     ]
+    lines += [escape_controls(f"  bulk    {b.bulk_id:<38} {b.summary}") for b in bulks]
     lines += [
-        f"  {e.change:<7} {e.row_id:<38} {e.column or '(row)':<20} {e.old_value!s} -> {e.new_value!s}" for e in edits
+        f"  {e.change:<7} {e.row_id:<38} {e.column or '(row)':<20} {e.old_value!s} -> {e.new_value!s}" for e in shown
     ]
     emit(doc, "\n".join(lines))
 

@@ -11,6 +11,7 @@ moved on since.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -41,6 +42,7 @@ from core.errors import OreoError
 from interface import views
 
 PAGES = Path(__file__).resolve().parent
+CR_ID = re.compile(r"\bcr_[0-9a-f]+\b")
 user = require_user()
 st.title("Review")
 show_flash()
@@ -165,7 +167,11 @@ def recent_outcomes(projects: set[str]) -> None:
 
 def follow_pick() -> None:
     """Keep the address naming the request the picker shows, so a reload or a shared link opens it."""
-    st.query_params["cr"] = st.session_state["review_cr"]
+    picked = str(st.session_state["review_cr"])
+    # When a request's label changed under the picker (its state moved on), Streamlit can hand
+    # back the label it showed ("title · author · cr_…") rather than the option: its id is in it.
+    ids = CR_ID.findall(picked)
+    st.query_params["cr"] = ids[-1] if ids else picked
 
 
 def not_open(cr_id: str) -> None:

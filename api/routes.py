@@ -464,8 +464,9 @@ def edit(project_id: ProjectId, dataset_id: DatasetId, body: EditsBody, user: Ca
 @router.get("/sessions/{session_id}", tags=["sessions"])
 def session_show(session_id: SessionId, user: Caller) -> Response:
     info = sessions.get_session(_catalog(), session_id, actor=user)
-    edits = sessions.effective_edits(datasets.layout_for(info.project_id, info.dataset_id), session_id)
-    return _document(documents.session_doc(info, edits))
+    layout = datasets.layout_for(info.project_id, info.dataset_id)
+    edits = sessions.effective_edits(layout, session_id)
+    return _document(documents.session_doc(info, edits, bulk.session_bulks(layout, session_id)))
 
 
 class SetAll(_Body):

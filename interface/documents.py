@@ -12,13 +12,14 @@ import math
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 if TYPE_CHECKING:
-    from core import change_requests, datasets, diff, history, imports, merge, projects, reads, sessions, validation
+    from core import bulk, change_requests, datasets, diff, history, imports, merge, projects, reads, sessions, validation
 
 
 def _jsonable(value: Any) -> Any:
@@ -154,7 +155,10 @@ def edit_doc(session_id: str, edits: int) -> dict[str, Any]:
     return {"session_id": session_id, "edits": edits}
 
 
-def session_doc(info: sessions.SessionInfo, edits: list[sessions.CellEdit]) -> dict[str, Any]:
+def session_doc(
+    info: sessions.SessionInfo, edits: list[sessions.CellEdit], bulks: Sequence[bulk.BulkChange] = ()
+) -> dict[str, Any]:
+    """A session and every pending edit; ``bulk_changes`` lists each bulk change pending in it as one entry."""
     return {
         "session_id": info.session_id,
         "owner": info.owner,
@@ -171,6 +175,7 @@ def session_doc(info: sessions.SessionInfo, edits: list[sessions.CellEdit]) -> d
             }
             for e in edits
         ],
+        "bulk_changes": [b.to_json() for b in bulks],
     }
 
 

@@ -221,7 +221,7 @@ def session_show(session_id: str, as_user: AsUser = None) -> None:
         shown = [e for e in edits if e.change != "update" or (e.row_id, e.column) in own_cells]
     else:
         shown = edits
-    doc = {**documents.session_doc(info, edits), "bulk_changes": [b.to_json() for b in bulks]}
+    doc = documents.session_doc(info, edits, bulks)
     lines = [
         f"session {info.session_id} of {info.owner} on {info.project_id}/{info.dataset_id} (base v{info.base_version})"
     ]

@@ -19,7 +19,7 @@ from app.components import flash, oreo_errors
 from app.editing import ColumnRule
 from app.filter_bar import label
 from app.formatting import EMPTY
-from core import bulk, datasets
+from core import bulk
 from core.auth import User
 from core.catalog import Catalog
 from core.datasets import DatasetInfo
@@ -180,13 +180,12 @@ def _where(change: bulk.BulkChange) -> str:
     return f"Rows: {rows} · computed on version {change.base_version} · {change.matched:,} matching"
 
 
-def bulk_summaries(project_id: str, dataset_id: str, session_id: str | None, *, key: str) -> None:
-    """A change request's bulk changes, one summary line each, above its row diff (none once its session is gone)."""
-    if session_id is None:
-        return
-    changes = bulk.session_bulks(datasets.layout_for(project_id, dataset_id), session_id)
+def bulk_summaries(changes: Sequence[Mapping[str, Any]], *, key: str) -> None:
+    """A change request's bulk changes (``ChangeRequest.bulk_changes``), one summary line each, above its row diff."""
     if not changes:
         return
     with st.container(key=f"{key}_bulk"):
         for change in changes:
-            st.markdown(f":material/auto_fix_high: **Bulk change** · {change.summary}", help=_where(change))
+            rows = " AND ".join(change["where"]) or "every row"
+            where = f"Rows: {rows} · computed on version {change['base_version']} · {change['matched']:,} matching"
+            st.markdown(f":material/auto_fix_high: **Bulk change** · {change['summary']}", help=where)

@@ -307,12 +307,12 @@ def change_request_rows(
     """A change request's row diff (Review, History's change-request panel); ``key_column``: the dataset's key.
 
     ``notes``: its cell comments, shown beside their cells; ``revision``: the one shown (a new
-    revision starts again at page 1). A request in review lists its bulk changes first, one line each.
+    revision starts again at page 1). The current revision's bulk changes come first, one line each.
     """
 
     cr = change_requests.get_change_request(catalog, cr_id, actor=user)
-    if cr.state in change_requests.IN_REVIEW and revision == cr.revision:  # its session holds what it is made of
-        bulk_summaries(cr.project_id, cr.dataset_id, cr.session_id, key=key)
+    if revision == cr.revision:  # the request keeps the summaries of its current revision only
+        bulk_summaries(cr.bulk_changes, key=key)
 
     def fetch(kinds: list[str] | None, columns: list[str] | None, limit: int, offset: int) -> RowDiffPage:
         return change_requests.row_diff_change_request(

@@ -153,6 +153,8 @@ class ChangeRequestRow(Base):
     revision: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     # The current revision's ``CRRevisionRow.digest`` (NULL for requests staged before 0016).
     digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # JSON list: the current revision's bulk changes (``core.bulk.BulkChange.to_json``); NULL before 0018.
+    bulk_changes: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class CRRevisionRow(Base):

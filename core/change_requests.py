@@ -43,7 +43,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from core import audit, diff, disk, engine, events, reads, sessions, storage, validation
+from core import audit, bulk, diff, disk, engine, events, reads, sessions, storage, validation
 from core.auth import Role, User, memberships, require_role
 from core.catalog import AuditEventRow, Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, DatasetRow, utcnow
 from core.datasets import DatasetInfo, get_dataset, layout_for
@@ -138,6 +138,8 @@ class ChangeRequest:
     revision: int = 1
     # A digest of the current revision's staged content (``staging_digest``); None if staged before it was kept.
     digest: str | None = None
+    # The current revision's bulk changes, one summary each (``bulk.BulkChange.to_json``), kept after its session.
+    bulk_changes: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ def record_from_row(row: ChangeRequestRow) -> ChangeRequest:
         stages=[StageTiming.from_json(t) for t in json.loads(row.stages or "[]")],
         revision=row.revision or 1,
         digest=row.digest,
+        bulk_changes=tuple(json.loads(row.bulk_changes or "[]")),
     )
 
 
@@ -501,9 +504,16 @@ def submit_change_request(
         cells=cells,
         session_id=session_id,
         clock=clock,
+        bulk_changes=_bulk_json(layout, session_id),
     )
     mark_submitted(layout, session_id, cr_id)
     return record
+
+
+def _bulk_json(layout: DatasetLayout, session_id: str) -> str | None:
+    """The session's pending bulk changes as the request keeps them (None when it has none)."""
+    changes = bulk.session_bulks(layout, session_id)
+    return json.dumps([c.to_json() for c in changes]) if changes else None
 
 
 def record_change_request(
@@ -526,6 +536,7 @@ def record_change_request(
     clock: Stopwatch | None = None,
     run: validation.ValidationRun | None = None,
     announce: bool = True,
+    bulk_changes: str | None = None,
 ) -> ChangeRequest:
     """Validate a written staging table and store the open request with its audit event.
 
@@ -562,6 +573,7 @@ def record_change_request(
                 schema_changes=json.dumps([c.to_json() for c in schema_changes]) if schema_changes else None,
                 stages=stages_json(stages),
                 digest=digest,
+                bulk_changes=bulk_changes,
             )
             s.add(row)
             s.flush()
@@ -694,9 +706,7 @@ def diff_change_request(
     columns = staged_columns(staging)
     present = {c.name for c in reads.table_schema(layout.main, record.base_version)}
     # Reads from main only the columns the request changes (and deleted rows whole).
-    return diff.staged_diff(
-        main, record.base_version, str(staging), columns, present, limit=limit, offset=offset
-    )
+    return diff.staged_diff(main, record.base_version, str(staging), columns, present, limit=limit, offset=offset)
 
 
 def staged_columns(staging: Location) -> list[str]:
@@ -886,9 +896,7 @@ def remove_leftovers(record: ChangeRequest) -> None:
         remove_tree(layout.session_dir(record.session_id))
 
 
-def withdraw_change_request(
-    catalog: Catalog, cr_id: str, *, actor: User, reason: str | None = None
-) -> ChangeRequest:
+def withdraw_change_request(catalog: Catalog, cr_id: str, *, actor: User, reason: str | None = None) -> ChangeRequest:
     """The author takes back an open request; its staging table is deleted, ``main`` untouched.
 
     ``reason`` is kept as the closing comment (a re-submitted request names its successor).
@@ -1052,9 +1060,7 @@ def state_history(catalog: Catalog, cr_id: str, *, actor: User) -> list[StateCha
 
 
 # An import's rows come from its file, not from a session its author could edit again.
-IMPORT_NOT_REVISABLE = (
-    "import requests are revised by importing again: change request {cr_id} stages a file, not edits"
-)
+IMPORT_NOT_REVISABLE = "import requests are revised by importing again: change request {cr_id} stages a file, not edits"
 
 
 def request_changes(
@@ -1161,6 +1167,7 @@ def revise_change_request(
     clock = Stopwatch("submit", stage)
     rows = len({e.row_id for e in edits})
     cells = sum(1 for e in edits if e.column is not None)
+    bulk_changes = _bulk_json(layout, info.session_id)
     try:
         clock.start("staging")
         _write_staging(location(dataset.path), staging, info.base_version, edits, commit)
@@ -1171,7 +1178,7 @@ def revise_change_request(
         with catalog.session() as s:
             updated = _store_revision(
                 s, record, actor=actor, revision=revision, rows=rows, cells=cells, base_version=info.base_version,
-                run=run, stages=stages, digest=digest,
+                run=run, stages=stages, digest=digest, bulk_changes=bulk_changes,
             )  # fmt: skip
     except BaseException:
         remove_tree(staging)
@@ -1225,6 +1232,7 @@ def _store_revision(
     run: validation.ValidationRun,
     stages: list[StageTiming],
     digest: str,
+    bulk_changes: str | None,
 ) -> ChangeRequest:
     """Open the request again at ``revision`` in session ``s``, with its revision row and audit event."""
     cr_id = record.id
@@ -1237,6 +1245,7 @@ def _store_revision(
     row.validation_run_id, row.validation_status = run.run_id, run.status
     row.stages = stages_json(stages)
     row.digest = digest
+    row.bulk_changes = bulk_changes
     row.updated_at = utcnow()
     s.add(revision_row(cr_id, revision, rows, cells, run, base_version, digest))
     audit.record(
@@ -1268,8 +1277,6 @@ class ApprovalStarted(audit.AuditEvent):
     cr_id: str
 
 
-
-
 def lease_name(cr_id: str) -> str:
     return f"the merge of {cr_id}"
 
@@ -1280,8 +1287,6 @@ def merging_now(s: Session, record: ChangeRequest) -> bool:
     if dataset is None or not dataset.writer or dataset.writer_until is None:
         return False
     return dataset.writer.startswith(lease_name(record.id) + " by ") and dataset.writer_until > utcnow()
-
-
 
 
 @dataclass(frozen=True)
@@ -1322,8 +1327,6 @@ def approval_state(catalog: Catalog, cr_id: str, *, actor: User) -> ApprovalStat
     if holder and holder.startswith(lease_name(cr_id) + " by ") and until and until > utcnow() and _alive(holder):
         return ApprovalState("running")
     return ApprovalState("interrupted")
-
-
 
 
 def _alive(holder: str) -> bool:

@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 if TYPE_CHECKING:
-    from core import bulk, change_requests, datasets, diff, history, imports, merge, projects, reads, sessions, validation
+    from core import (
+        bulk,
+        change_requests,
+        datasets,
+        diff,
+        history,
+        imports,
+        merge,
+        projects,
+        reads,
+        sessions,
+        validation,
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -203,6 +215,7 @@ def cr_doc(cr: change_requests.ChangeRequest) -> dict[str, Any]:
         "stages": [t.to_json() for t in cr.stages],
         "revision": cr.revision,
         "digest": cr.digest,
+        "bulk_changes": list(cr.bulk_changes),
     }
 
 

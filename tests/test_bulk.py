@@ -418,8 +418,14 @@ def test_a_bulk_change_submits_as_cell_edits_and_merges(ctx: Ctx) -> None:
     assert cr.cells == change.changed
     listed = bulk.session_bulks(layout_for("demo", "merged"), change.session_id)
     assert [b.summary for b in listed] == [change.summary]  # what the request's diff shows above its rows
+    assert [b["summary"] for b in cr.bulk_changes] == [change.summary]
+    assert cr.bulk_changes[0]["bulk_id"] == change.bulk_id and cr.bulk_changes[0]["cells"] == change.changed
     merged = merge.approve_change_request(ctx.catalog, cr.id, actor=ctx.al)
     assert merged.merged_version == 1
+    # The request keeps its summary once its session is gone (merged).
+    assert not layout_for("demo", "merged").session_dir(change.session_id).exists()
+    kept = change_requests.get_change_request(ctx.catalog, cr.id, actor=ctx.al)
+    assert [b["summary"] for b in kept.bulk_changes] == [change.summary]
     dataset = get_dataset(ctx.catalog, "demo", "merged", actor=ctx.al)
     after = reads.read_rows_as_text(location(dataset.path), 1, [str(i) for i in range(1, ROWS + 1)], ["city"])
     for i in range(1, ROWS + 1):
@@ -491,6 +497,27 @@ def test_cli_session_show_lists_a_bulk_change_as_one_line(ctx: Ctx, capsys: pyte
     doc = json.loads(out)
     assert [b["bulk_id"] for b in doc["bulk_changes"]] == [made["bulk_id"]]
     assert len(doc["edits"]) == made["changed"] + 1  # the document still lists every pending cell
+
+
+def test_cli_cr_show_lists_the_request_s_bulk_changes(ctx: Ctx, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _oreo(capsys, "--json", "edit", "demo", "people", "--as", "ed", "--where", "id <= 22",
+                           "--transform", "city", "upper")  # fmt: skip
+    assert code == 0, err
+    made = json.loads(out)
+    assert _oreo(capsys, "edit", "demo", "people", "--as", "ed", "--set", "1", "name", "Solo")[0] == 0
+    cr = change_requests.submit_change_request(ctx.catalog, made["session_id"], actor=ctx.ed, title="upper")
+    try:
+        code, out, err = _oreo(capsys, "cr", "show", cr.id, "--as", "al")
+        assert code == 0, err
+        bulk_lines = [line.split() for line in out.splitlines() if line.startswith("  bulk ")]
+        assert bulk_lines == [["bulk", made["bulk_id"], *made["summary"].split()]]
+        code, out, err = _oreo(capsys, "--json", "cr", "show", cr.id, "--as", "al")
+        doc = json.loads(out)
+        assert [(b["bulk_id"], b["summary"], b["column"]) for b in doc["bulk_changes"]] == [
+            (made["bulk_id"], made["summary"], "city")
+        ]
+    finally:
+        change_requests.withdraw_change_request(ctx.catalog, cr.id, actor=ctx.ed)
 
 
 @pytest.mark.parametrize(

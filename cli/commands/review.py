@@ -189,6 +189,7 @@ def _head_lines(
             f"  import: {summary.file_name} ({summary.mode}): {summary.added:,} added, {summary.updated:,} updated, "
             f"{summary.deleted:,} deleted" + ("" if summary.reviewed else "; committed without review")
         )
+    lines += [f"  bulk    {b['bulk_id']:<38} {b['summary']}" for b in cr.bulk_changes]
     if cr.stages:
         lines.append("  stages: " + ", ".join(f"{t.action} {t.stage} {t.seconds:.2f}s" for t in cr.stages))
     return lines

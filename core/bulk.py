@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +38,7 @@ from typing import Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import regex
 
 from core import reads, sessions
 from core.auth import User
@@ -234,8 +236,11 @@ _TEXT_FUNCTIONS: dict[str, Callable[[str], str]] = {
 }
 
 
-def compile_pattern(operation: Replace) -> re.Pattern[str]:
+def compile_pattern(operation: Replace) -> regex.Pattern[str]:
     """The operation's search as a compiled pattern (a literal one unless ``mode`` is regex).
+
+    Patterns use the ``regex`` module (Python's ``re`` syntax), whose matching takes a time
+    limit: a pattern that backtracks without end is stopped (``_replacer``).
 
     Raises:
         InvalidInput: An empty search, or a regular expression that does not compile.
@@ -244,12 +249,12 @@ def compile_pattern(operation: Replace) -> re.Pattern[str]:
         raise InvalidInput(f"unknown replace mode {operation.mode!r}; use {', '.join(MODES)}", field="mode")
     if operation.find == "" and operation.mode != "whole":
         raise InvalidInput("the text to find is empty; give the text (or pattern) to replace", field="find")
-    flags = re.IGNORECASE if operation.ignore_case else 0
+    flags = regex.IGNORECASE if operation.ignore_case else 0
     if operation.mode != "regex":
-        return re.compile(re.escape(operation.find), flags)
+        return regex.compile(regex.escape(operation.find), flags)
     try:
-        return re.compile(operation.find, flags)
-    except re.error as exc:
+        return regex.compile(operation.find, flags | regex.VERSION0)
+    except regex.error as exc:
         where = f" at position {exc.pos}" if exc.pos is not None else ""
         raise InvalidInput(
             f"bad regular expression {operation.find!r}: {exc.msg}{where}; nothing was saved", field="find"
@@ -257,20 +262,36 @@ def compile_pattern(operation: Replace) -> re.Pattern[str]:
 
 
 def _replacer(operation: Replace) -> Callable[[str], str]:
+    """The replace as a function of a value; all its calls share ``OREO_BULK_REGEX_S`` seconds of matching."""
     pattern = compile_pattern(operation)
-    if operation.mode == "whole":
-        return lambda text: operation.replace if pattern.fullmatch(text) else text
-    if operation.mode == "substring":
-        return lambda text: pattern.sub(lambda _m: operation.replace, text)
-    _check_template(pattern, operation.replace)
+    if operation.mode == "regex":
+        _check_template(pattern, operation.replace)
+    budget = float(get_settings().bulk_regex_s)
+    deadline: list[float] = []
 
-    def by_regex(text: str) -> str:
-        return pattern.sub(operation.replace, text)
+    def left() -> float:
+        if not deadline:
+            deadline.append(time.monotonic() + budget)
+        return max(deadline[0] - time.monotonic(), 0.001)
 
-    return by_regex
+    def replaced(text: str) -> str:
+        try:
+            if operation.mode == "whole":
+                return operation.replace if pattern.fullmatch(text, timeout=left()) else text
+            if operation.mode == "substring":
+                return pattern.sub(lambda _m: operation.replace, text, timeout=left())
+            return pattern.sub(operation.replace, text, timeout=left())
+        except TimeoutError:
+            raise InvalidInput(
+                f"the search {operation.find!r} took more than {budget:g} s over the matching values "
+                "(OREO_BULK_REGEX_S); simplify the pattern or narrow the rows; nothing was saved",
+                field="find",
+            ) from None
+
+    return replaced
 
 
-def _check_template(pattern: re.Pattern[str], template: str) -> None:
+def _check_template(pattern: regex.Pattern[str], template: str) -> None:
     """Refuse a replacement whose ``\\1`` or ``\\g<name>`` names no group of ``pattern``."""
     groups = [None] * pattern.groups
     for ref in re.finditer(r"\\(?:g<([^>]*)>|(\d+))", template):

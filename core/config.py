@@ -108,6 +108,8 @@ class Settings:
     page_size: int = 50
     # The most rows one bulk change ("change matching rows", core.bulk) may touch.
     max_bulk_rows: int = 1_000_000
+    # The CPU seconds one bulk find-and-replace may spend matching over all its matching values.
+    bulk_regex_s: int = 10
     demo_rows: int = 100_000
     # Nearest-neighbour clustering (core.clusters) of a column with at most this many distinct values.
     cluster_max_values: int = 20_000
@@ -167,6 +169,7 @@ class Settings:
             cluster_max_values=_positive("OREO_CLUSTER_MAX_VALUES", 20_000),
             oidc_groups_claim=os.environ.get("OREO_OIDC_GROUPS_CLAIM") or "groups",
             max_bulk_rows=_positive("OREO_MAX_BULK_ROWS", 1_000_000),
+            bulk_regex_s=_between("OREO_BULK_REGEX_S", 10, 1, 3600),
             oidc_group_roles=_group_roles(os.environ.get("OREO_OIDC_GROUP_ROLES", "")),
             smtp_host=os.environ.get("OREO_SMTP_HOST") or None,
             smtp_port=_int("OREO_SMTP_PORT", 0),

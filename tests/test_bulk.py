@@ -242,6 +242,29 @@ def test_a_refused_bulk_change_writes_nothing(ctx: Ctx, column: str, operation: 
     assert "\n" not in message
 
 
+def test_a_pattern_that_backtracks_without_end_is_stopped_and_writes_nothing(
+    ctx: Ctx, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OREO_BULK_REGEX_S", "1")
+    get_settings.cache_clear()
+    info, _ = sessions.save_edits(ctx.catalog, "demo", "people", [SetCell("3", "city", "a" * 40 + "!")], actor=ctx.ed)
+    before = ctx.stored(info.session_id)
+    runaway = bulk.Replace(r"^(a|aa)+$", "x", "regex")  # about 1.6**40 steps on forty a's and a '!'
+    for call in (bulk.preview_bulk, bulk.apply_bulk):
+        with pytest.raises(InvalidInput) as refused:
+            call(ctx.catalog, "demo", "people", "city", runaway, actor=ctx.ed)
+        assert str(refused.value) == (
+            "the search '^(a|aa)+$' took more than 1 s over the matching values (OREO_BULK_REGEX_S); "
+            "simplify the pattern or narrow the rows; nothing was saved"
+        )
+    assert ctx.stored(info.session_id) == before
+    # The same pattern over values it settles quickly is no problem.
+    quick = bulk.preview_bulk(
+        ctx.catalog, "demo", "people", "city", runaway, actor=ctx.ed, conditions=[parse_where("id = 4")]
+    )
+    assert quick.matched == 1
+
+
 def test_a_refused_first_change_starts_no_session(ctx: Ctx) -> None:
     with pytest.raises(InvalidInput, match="cannot hold"):
         bulk.apply_bulk(ctx.catalog, "demo", "people", "score", bulk.SetValue("1e400"), actor=ctx.ed)

@@ -182,6 +182,8 @@ class Overlay:
     rows: dict[str, dict[str, str | None]]
     added: int = 0
     key: str | None = None
+    # Rows left out of the read altogether (the ``row_id`` of each row a session deletes).
+    removed: frozenset[str] = frozenset()
 
 
 def _source(
@@ -193,7 +195,7 @@ def _source(
     table instead of a scan of the files.
     """
     scan, extra = _scan(version)
-    if overlay is None or not overlay.rows:
+    if overlay is None or not (overlay.rows or overlay.removed):
         return scan, [str(path), *extra], []
     import pyarrow as pa
 
@@ -204,15 +206,22 @@ def _source(
         cursor().register(scan, held.table)
         views.append(scan)
     names = list(columns)
-    data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in overlay.rows.items()] for c in names}
+    laid = {row_id: r for row_id, r in overlay.rows.items() if row_id not in overlay.removed}
+    data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in laid.items()] for c in names}
     view = f"oreo_overlay_{uuid.uuid4().hex}"
     cursor().register(view, pa.table({c: pa.array(data[c], pa.string()) for c in names}))
     views.append(view)
     typed = ", ".join(f"CAST({quote_ident(c)} AS {columns[c]}) AS {quote_ident(c)}" for c in names)
     by = overlay.key if overlay.key in columns else "row_id"
     replaced = f"SELECT CAST({quote_ident(by)} AS {columns[by]}) FROM {view}"
+    gone = ""
+    if overlay.removed:
+        removed = f"oreo_removed_{uuid.uuid4().hex}"
+        cursor().register(removed, pa.table({"row_id": pa.array(sorted(overlay.removed), pa.string())}))
+        views.append(removed)
+        gone = f" AND row_id NOT IN (SELECT row_id FROM {removed})"
     sql = (
-        f"(SELECT * FROM {scan} WHERE {quote_ident(by)} NOT IN ({replaced}) "
+        f"(SELECT * FROM {scan} WHERE {quote_ident(by)} NOT IN ({replaced}){gone} "
         f"UNION ALL BY NAME SELECT {typed} FROM {view})"
     )
     return sql, base_params, views

@@ -38,7 +38,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -927,7 +927,7 @@ def overlay_at(dataset: DatasetInfo, edits: list[CellEdit], version: int) -> rea
 
 
 def session_overlay(catalog: Catalog, session_id: str, *, actor: User) -> tuple[DatasetInfo, reads.Overlay | None]:
-    """The session's dataset and the rows its edits add or change, to lay over ``main`` in a read.
+    """The session's dataset and the rows its edits add, change or delete, to lay over ``main`` in a read.
 
     ``overlay_page`` reads pages through it; other reads of the table as the session
     sees it (a column's facet, its clusters) pass it to ``core.reads`` as well.
@@ -935,7 +935,12 @@ def session_overlay(catalog: Catalog, session_id: str, *, actor: User) -> tuple[
     Raises:
         NotFound, PermissionDenied: No such session, or not the actor's.
     """
-    dataset, _by_row, overlay = _session_overlay(catalog, session_id, actor)
+    dataset, by_row, overlay = _session_overlay(catalog, session_id, actor)
+    removed = frozenset(
+        row_id for row_id, edits in by_row.items() if any(e.change == "delete" and e.column is None for e in edits)
+    )
+    if removed and overlay is not None:
+        overlay = replace(overlay, removed=removed)
     return dataset, overlay
 
 

@@ -231,6 +231,18 @@ def test_a_dataset_facet_sees_the_session_s_edits(catalog: Catalog, dataset: tup
         facets.dataset_facet(catalog, "p", "d", "city", actor=stranger, session_id=session.session_id)
 
 
+def test_a_dataset_facet_leaves_out_the_rows_the_session_deletes(
+    catalog: Catalog, dataset: tuple[auth.User, auth.User]
+) -> None:
+    editor, _ = dataset
+    ops = [sessions.DeleteRow("1"), sessions.SetCell("4", "city", "Oslo"), sessions.DeleteRow("4")]
+    session, _ = sessions.save_edits(catalog, "p", "d", ops, actor=editor)
+    after = facets.dataset_facet(catalog, "p", "d", "city", actor=editor, session_id=session.session_id)
+    # Row 1 (Oslo) is deleted; row 4 (Lima) was edited, then deleted: neither is counted.
+    assert [(v.value, v.rows) for v in after.values] == [("Oslo", 1), ("oslo", 1), (None, 1)]
+    assert after.rows == 3
+
+
 def test_a_session_of_another_dataset_is_refused(catalog: Catalog, dataset: tuple[auth.User, auth.User]) -> None:
     editor, _ = dataset
     write_deltalake(layout_for("p", "e").main, pa.table({"row_id": ["1"], "code": ["1"], "city": ["Rome"]}))

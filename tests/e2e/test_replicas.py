@@ -227,14 +227,24 @@ def test_an_edit_on_one_replica_is_approved_on_the_other_and_a_restore_is_fenced
     dialog = admin.get_by_role("dialog")
     expect(dialog).to_contain_text("0 row(s) inserted, 1 updated and 0 deleted", timeout=SLOW_MS)
     wait_quiet(admin)
-    dialog.get_by_role("textbox", name="Reason (required, kept in the audit log)").press_sequentially(
-        "Undo the replicated rename."
-    )
+    reason = dialog.get_by_role("textbox", name="Reason (required, kept in the audit log)")
+    reason.press_sequentially("Undo the replicated rename.")
+    reason.press("Tab")  # the field keeps its text once it loses focus (a rerun), before the click
+    wait_quiet(admin)
     release = hold_lease(replicas.env)
     try:
-        dialog.get_by_role("button", name="Restore", exact=True).click()
         busy = admin.get_by_text(re.compile(r"demo/customers is busy: merge of cr_elsewhere .* is writing to it"))
-        expect(busy.first).to_be_visible(timeout=SLOW_MS)
+        for attempt in range(2):
+            # A click the dialog drops while it is redrawn is clicked again, as a person would
+            # when nothing happens (seen once in a whole-suite run: the dialog stayed as it was).
+            dialog.get_by_role("button", name="Restore", exact=True).click()
+            try:
+                expect(busy.first).to_be_visible(timeout=60_000 if attempt == 0 else SLOW_MS)
+                break
+            except AssertionError:
+                if attempt:
+                    raise
+                wait_quiet(admin)
         wait_quiet(admin)
         shoot(admin, shots, "replica-b-restore-fenced")
         assert versions(replicas.env) == [0, 1]  # the fenced restore committed nothing

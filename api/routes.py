@@ -536,6 +536,50 @@ def bulk_apply(project_id: ProjectId, dataset_id: DatasetId, body: BulkBody, use
     return _document(_bulk_call(project_id, dataset_id, body, user, preview=False), 201)
 
 
+class ClusterMergeBody(_Body):
+    """Merge clusters of ``column`` (as ``GET .../clusters`` finds them) into one bulk change."""
+
+    column: str = Field(min_length=1)
+    method: Literal["fingerprint", "ngram", "levenshtein"] = "fingerprint"
+    radius: JsonInt = Field(default=1, ge=1, le=clusters.MAX_RADIUS, description="levenshtein: the most edits")
+    ngram_size: JsonInt = Field(default=2, ge=1, le=clusters.MAX_NGRAM, description="ngram: the n-grams' length")
+    where: list[str] = Field(default_factory=list, description="COLUMN OP VALUE, as the CLI's --where; ANDed")
+    session_id: str | None = Field(default=None, pattern=ID_PATTERN, description="Default: your open session")
+    clusters: list[str] | None = Field(
+        default=None, min_length=1, description="Each cluster by its key or one of its values; left out: every cluster"
+    )
+    into: str | None = Field(
+        default=None, description="With one cluster: the value it becomes (default: its most frequent)"
+    )
+
+
+def _cluster_merge(
+    project_id: str, dataset_id: str, body: ClusterMergeBody, user: auth.User, *, preview: bool
+) -> dict[str, Any]:
+    conditions = _conditions(project_id, dataset_id, user, body.where)
+    result = clusters.merge_named(
+        _catalog(), project_id, dataset_id, body.column, body.clusters, actor=user, into=body.into, preview=preview,
+        method=body.method, radius=body.radius, ngram_size=body.ngram_size, conditions=conditions,
+        session_id=body.session_id,
+    )  # fmt: skip
+    return {**result.to_json(), "preview": preview}
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/cluster-merges/preview", tags=["sessions"])
+def cluster_merge_preview(
+    project_id: ProjectId, dataset_id: DatasetId, body: ClusterMergeBody, user: Caller
+) -> dict[str, Any]:
+    """What merging the named clusters would do, as a bulk change's preview; nothing is saved."""
+    return _cluster_merge(project_id, dataset_id, body, user, preview=True)
+
+
+@router.post("/projects/{project_id}/datasets/{dataset_id}/cluster-merges", tags=["sessions"], status_code=201)
+def cluster_merge(project_id: ProjectId, dataset_id: DatasetId, body: ClusterMergeBody, user: Caller) -> Response:
+    """Merge the named clusters (``oreo dataset clusters --merge``): each value becomes its cluster's chosen value,
+    as one pending change in the session (started if none), undone as one."""
+    return _document(_cluster_merge(project_id, dataset_id, body, user, preview=False), 201)
+
+
 @router.get("/sessions/{session_id}/bulk-edits", tags=["sessions"])
 def bulk_list(session_id: SessionId, user: Caller) -> dict[str, Any]:
     """The bulk changes pending in a session, each with its summary line."""

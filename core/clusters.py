@@ -300,6 +300,73 @@ def merge_clusters(
     )  # fmt: skip
 
 
+def pick(found: Clustering, names: list[str] | None, into: str | None = None) -> tuple[list[Cluster], dict[str, str]]:
+    """The clusters ``names`` names, each by its key or by one of its values (None: every cluster found).
+
+    ``into``, for exactly one named cluster, is the value it becomes (default: its most frequent).
+    Returns the clusters and the chosen values by key, as ``merge_clusters`` takes them.
+
+    Raises:
+        InvalidInput: No cluster found, a name no cluster has, or ``into`` for other than one cluster.
+    """
+    if not found.clusters:
+        raise InvalidInput(f"{found.column!r} has no clusters by {found.method}; nothing to merge", field="clusters")
+    if names is None:
+        picked = list(found.clusters)
+    else:
+        by_key = {c.key: c for c in found.clusters}
+        by_value = {v.value: c for c in found.clusters for v in c.values}
+        picked = []
+        for name in dict.fromkeys(names):
+            cluster = by_key.get(name) or by_value.get(name)
+            if cluster is None:
+                raise InvalidInput(
+                    f"no cluster of {found.column!r} by {found.method} has the key or value {name!r}", field="clusters"
+                )
+            if cluster not in picked:
+                picked.append(cluster)
+    if into is None:
+        return picked, {}
+    if len(picked) != 1:
+        raise InvalidInput(f"a chosen value goes with exactly one cluster; {len(picked)} are named", field="into")
+    return picked, {picked[0].key: into}
+
+
+def merge_named(
+    catalog: Catalog,
+    project_id: str,
+    dataset_id: str,
+    column: str,
+    names: list[str] | None,
+    *,
+    actor: User,
+    into: str | None = None,
+    preview: bool = False,
+    method: Method = "fingerprint",
+    radius: int = 1,
+    ngram_size: int = 2,
+    conditions: list[Condition] | None = None,
+    session_id: str | None = None,
+) -> bulk.BulkPreview | bulk.BulkChange:
+    """Find the clusters of ``column`` as ``dataset_clusters`` does and merge those ``names`` names (see ``pick``).
+
+    With ``preview`` nothing is saved; otherwise the merge is one bulk change of the session (``merge_clusters``).
+
+    Raises:
+        As ``dataset_clusters``, ``pick`` and ``merge_clusters``.
+    """
+    found = dataset_clusters(
+        catalog, project_id, dataset_id, column, actor=actor, method=method, radius=radius, ngram_size=ngram_size,
+        conditions=conditions, session_id=session_id,
+    )  # fmt: skip
+    picked, choices = pick(found, names, into)
+    call = preview_merge if preview else merge_clusters
+    return call(
+        catalog, project_id, dataset_id, column, picked, actor=actor, choices=choices, conditions=conditions,
+        session_id=session_id,
+    )  # fmt: skip
+
+
 def _require_text(columns: dict[str, str], column: str) -> None:
     if column not in columns:
         raise InvalidInput(f"unknown column {column!r}; columns are: {', '.join(columns)}", field="column")

@@ -125,3 +125,82 @@ def test_api_facet_and_clusters_answer_the_cli_s_documents(
     stranger = tokens.create_token(catalog, "sam").secret
     with TestClient(create_app(), headers={"Authorization": f"Bearer {stranger}"}) as c:
         assert c.get(f"{base}/facet", params={"column": "city"}).status_code in (403, 404)
+
+
+def _pending(catalog: Catalog) -> dict[str, str | None]:
+    info = sessions.current_session(catalog, "demo", "people", actor=auth.get_user(catalog, "ed"))
+    assert info is not None
+    return {e.row_id: e.new_value for e in sessions.effective_edits(layout_for("demo", "people"), info.session_id)}
+
+
+@pytest.mark.usefixtures("people")
+def test_cli_merges_clusters_named_by_key_or_value_as_one_bulk_change(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ("dataset", "clusters", "demo", "people", "city", "--as", "ed")
+    code, out, _ = oreo(capsys, *args, "--merge", "new york", "--merge", "paris", "--preview")
+    assert code == 0 and "nothing was saved" in out and "2 matching row(s): 2 would change" in out
+    assert sessions.current_session(catalog, "demo", "people", actor=auth.get_user(catalog, "ed")) is None
+    # "new york" is the first cluster's key; "paris" is a value of the third (its key too, so the key wins).
+    code, out, _ = oreo(capsys, "--json", *args, "--merge", "new york", "--merge", "Paris")
+    doc = json.loads(out)
+    assert code == 0 and doc["preview"] is False and (doc["matched"], doc["changed"]) == (2, 2)
+    assert doc["operation"]["kind"] == "recode" and _pending(catalog) == {"2": "New York", "7": "Paris"}
+    # The clusters are found as the session leaves the table; a value names its cluster, --into picks the value.
+    code, out, _ = oreo(capsys, *args, "--merge", "N.Y.", "--into", "New York")
+    assert code == 0 and "bulk change" in out
+    assert _pending(catalog) == {"2": "New York", "7": "Paris", "3": "New York", "4": "New York", "5": "New York"}
+    code, out, _ = oreo(capsys, "--json", "dataset", "clusters", "demo", "people", "city", "--as", "ed",
+                        "--session", _session_id(catalog))  # fmt: skip
+    assert [c["key"] for c in json.loads(out)["clusters"]] == ["zurich"]  # the rest are one value now
+
+
+def _session_id(catalog: Catalog) -> str:
+    info = sessions.current_session(catalog, "demo", "people", actor=auth.get_user(catalog, "ed"))
+    assert info is not None
+    return info.session_id
+
+
+@pytest.mark.usefixtures("people")
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--merge", "Tokyo"], "no cluster of 'city' by fingerprint has the key or value 'Tokyo'"),
+        (["--merge-all", "--into", "X"], "a chosen value goes with exactly one cluster; 4 are named"),
+        (["--into", "X"], "give --merge KEY_OR_VALUE (repeatable) or --merge-all"),
+        (["--merge", "NY", "--merge-all"], "give --merge KEY_OR_VALUE (repeatable) or --merge-all"),
+        (["--merge", "NY", "--method", "soundex"], "unknown clustering method 'soundex'"),
+    ],
+)
+def test_cli_cluster_merge_refusals_are_one_line_and_save_nothing(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    code, out, err = oreo(capsys, "dataset", "clusters", "demo", "people", "city", "--as", "ed", *extra)
+    assert code == 1 and out == "" and len(err.splitlines()) == 1 and message in err
+    assert sessions.current_session(catalog, "demo", "people", actor=auth.get_user(catalog, "ed")) is None
+
+
+@pytest.mark.usefixtures("people")
+def test_api_cluster_merges_answer_as_the_cli(
+    catalog: Catalog, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(WARM_ENGINE_ENV, "0")
+    base = "/api/v1/projects/demo/datasets/people/cluster-merges"
+    with TestClient(
+        create_app(), headers={"Authorization": f"Bearer {tokens.create_token(catalog, 'ed').secret}"}
+    ) as c:
+        body = {"column": "city", "method": "levenshtein", "clusters": ["Zürich"], "into": "Zürich"}
+        preview = c.post(f"{base}/preview", json=body)
+        _, out, _ = oreo(capsys, "--json", "dataset", "clusters", "demo", "people", "city", "--as", "ed",
+                         "--method", "levenshtein", "--merge", "Zürich", "--into", "Zürich", "--preview")  # fmt: skip
+        assert preview.status_code == 200 and preview.json() == json.loads(out)
+        assert preview.json()["changed"] == 1 and preview.json()["sample"][0]["after"] == "Zürich"
+        assert c.post(base, json={**body, "clusters": ["Tokyo"]}).status_code == 400
+        assert c.post(base, json={**body, "radius": 9}).status_code == 400
+        assert sessions.current_session(catalog, "demo", "people", actor=auth.get_user(catalog, "ed")) is None
+        merged = c.post(base, json={"column": "city", "where": ["id <= 6"]})
+        assert merged.status_code == 201 and merged.json()["changed"] == 2 and merged.json()["cells"] == 2
+        assert _pending(catalog) == {"2": "New York", "3": "NY"}
+    stranger = tokens.create_token(catalog, "sam").secret
+    with TestClient(create_app(), headers={"Authorization": f"Bearer {stranger}"}) as c:
+        assert c.post(base, json={"column": "city"}).status_code in (403, 404)

@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 
+from cli.commands.edits import emit_bulk
 from cli.context import AsUser, acting_user, check_session_on, command_catalog, emit
 from core import clusters, datasets, diff, facets, sessions
+from core.errors import InvalidInput
 from core.filters import parse_where
 from core.reads import RowFilter
 from interface import documents
@@ -253,14 +255,44 @@ def dataset_clusters(
     where: Where = None,
     session_id: SessionOption = None,
     as_user: AsUser = None,
+    merge: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--merge",
+            help="Merge the cluster with this key or value (repeatable): one bulk change.",
+            metavar="KEY_OR_VALUE",
+        ),
+    ] = None,
+    merge_all: Annotated[bool, typer.Option("--merge-all", help="Merge every cluster found.")] = False,
+    into: Annotated[
+        str | None, typer.Option("--into", help="With one --merge: the value it becomes (default: its most frequent).")
+    ] = None,
+    preview: Annotated[
+        bool, typer.Option("--preview", help="With --merge: show what it would do; save nothing.")
+    ] = False,
 ) -> None:
-    """Groups of a text column's values that probably mean the same thing, each with its values' row counts."""
+    """Groups of a text column's values that probably mean the same thing, each with its values' row counts.
+
+    With --merge or --merge-all, the clusters named become their chosen values in your live-edit session,
+    as one pending change (--preview: nothing is saved).
+    """
     catalog = command_catalog()
+    conditions = [parse_where(text) for text in where or []]
+    if merge or merge_all or into is not None or preview:
+        if bool(merge) == merge_all:
+            raise InvalidInput("give --merge KEY_OR_VALUE (repeatable) or --merge-all", field="merge")
+        result = clusters.merge_named(
+            catalog, project_id, dataset_id, column, None if merge_all else list(merge or []),
+            actor=acting_user(catalog, as_user), into=into, preview=preview,
+            method=method,  # type: ignore[arg-type]  # core refuses another name
+            radius=radius, ngram_size=ngram_size, conditions=conditions, session_id=session_id,
+        )  # fmt: skip
+        emit_bulk(result)
+        return
     found = clusters.dataset_clusters(
         catalog, project_id, dataset_id, column, actor=acting_user(catalog, as_user),
         method=method,  # type: ignore[arg-type]  # core refuses another name
-        radius=radius, ngram_size=ngram_size, conditions=[parse_where(text) for text in where or []],
-        session_id=session_id,
+        radius=radius, ngram_size=ngram_size, conditions=conditions, session_id=session_id,
     )  # fmt: skip
     values = sum(len(c.values) for c in found.clusters)
     lines = [f"{column}: {len(found.clusters):,} clusters of {values:,} values by {found.method} "

@@ -190,6 +190,11 @@ def _bulk_edit(project_id: str, dataset_id: str, as_user: str, session_id: str |
     call = bulk.preview_bulk if args.preview else bulk.apply_bulk
     result = call(catalog, project_id, dataset_id, args.column, args.operation, actor=actor, conditions=conditions,
                   session_id=session_id)  # fmt: skip
+    emit_bulk(result)
+
+
+def emit_bulk(result: bulk.BulkPreview | bulk.BulkChange) -> None:
+    """Print a bulk change's preview, or the change saved."""
     if isinstance(result, bulk.BulkPreview):
         emit({**result.to_json(), "preview": True}, _preview_text(result))
         return

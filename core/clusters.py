@@ -30,7 +30,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NamedTuple, get_args
 
 import pyarrow as pa
 
@@ -54,9 +54,8 @@ _PUNCTUATION = r"[\pP\pS]"
 _SEPARATORS = r"[\s\pZ\p{Cc}]"
 
 
-@dataclass(frozen=True)
-class ClusterValue:
-    """One distinct value of a cluster and the rows holding it."""
+class ClusterValue(NamedTuple):
+    """One distinct value of a cluster and the rows holding it (a tuple: a column's clusters hold many)."""
 
     value: str
     rows: int
@@ -376,22 +375,26 @@ def _require_text(columns: dict[str, str], column: str) -> None:
 
 def _key_clusters(rows: reads.Selection, col: str, key: str) -> tuple[int, tuple[Cluster, ...]]:
     """The column's distinct values and the clusters of those whose (non-empty) keys collide."""
-    # The windows run over the distinct values; the first row stays to carry their count.
+    # The windows run over the distinct values; the first row stays to carry their count (and the
+    # unpartitioned count keeps the key off the scan). DuckDB orders the clusters as ``_ordered``.
     query = (
         "SELECT key, value, n, size, total FROM ("
-        "SELECT key, value, n, count(*) OVER (PARTITION BY key) AS size, count(*) OVER () AS total, "
+        "SELECT key, value, n, count(*) OVER w AS size, sum(n) OVER w AS held, count(*) OVER () AS total, "
         "row_number() OVER () AS rn "
         f"FROM (SELECT value, n, {key} AS key FROM "
-        f"(SELECT {col} AS value, count(*) AS n FROM rows WHERE {col} IS NOT NULL GROUP BY {col}))"
-        ") WHERE (size > 1 AND key <> '') OR rn = 1 ORDER BY key, n DESC, value"
+        f"(SELECT {col} AS value, count(*) AS n FROM rows WHERE {col} IS NOT NULL GROUP BY {col})) "
+        "WINDOW w AS (PARTITION BY key)"
+        ") WHERE (size > 1 AND key <> '') OR rn = 1 ORDER BY size DESC, held DESC, key, n DESC, value"
     )
     found = rows.run(query).fetchall()
-    groups: dict[str, list[ClusterValue]] = {}
+    clusters: list[tuple[str, list[ClusterValue]]] = []
     for k, value, n, size, _total in found:
         if size > 1 and k != "":
-            groups.setdefault(k, []).append(ClusterValue(value, int(n)))
+            if not clusters or clusters[-1][0] != k:
+                clusters.append((k, []))
+            clusters[-1][1].append(ClusterValue(value, n))
     distinct = int(found[0][4]) if found else 0
-    return distinct, _ordered(Cluster(k, tuple(values)) for k, values in groups.items())
+    return distinct, tuple(Cluster(k, tuple(values)) for k, values in clusters)
 
 
 def _ordered(clusters: Iterator[Cluster] | list[Cluster]) -> tuple[Cluster, ...]:

@@ -417,7 +417,7 @@ class _Scope:
     version: int
     schema: dict[str, str]
     session: sessions.SessionInfo | None
-    edits: list[sessions.CellEdit]
+    folded: pa.Table = field(repr=False)  # the session's net changes (``sessions.fold_events``)
 
 
 def _scope(
@@ -426,8 +426,9 @@ def _scope(
     dataset = get_dataset(catalog, project_id, dataset_id, actor=actor)
     version = session.base_version if session is not None else int(dataset.version or 0)
     schema = {c.name: c.type for c in reads.table_schema(location(dataset.path), version)}
-    edits = sessions.effective_edits(layout_for(project_id, dataset_id), session.session_id) if session else []
-    return _Scope(dataset, version, schema, session, edits)
+    layout = layout_for(project_id, dataset_id)
+    events = sessions.read_events(layout, session.session_id) if session else sessions.EDITS_SCHEMA.empty_table()
+    return _Scope(dataset, version, schema, session, sessions.fold_events(events))
 
 
 def _check_column(scope: _Scope, column: str) -> str:
@@ -484,7 +485,7 @@ def _compute(
 
 def _matching(scope: _Scope, column: str, conditions: list[Condition]) -> pa.Table:
     """``row_id`` and the column's current text of the matching rows (a row deleted in the session is not one)."""
-    overlay = sessions.overlay_at(scope.dataset, scope.edits, scope.version) if scope.edits else None
+    overlay = sessions.overlay_of(scope.dataset, scope.folded, scope.version, leave_out_deleted=True)
     matched = reads.matching_values(
         location(scope.dataset.path),
         scope.version,
@@ -493,9 +494,9 @@ def _matching(scope: _Scope, column: str, conditions: list[Condition]) -> pa.Tab
         overlay=overlay,
         known_total=scope.dataset.rows if scope.version == scope.dataset.version else None,
     )
-    deleted = [e.row_id for e in scope.edits if e.change == "delete" and e.column is None]
-    if deleted:
-        matched = matched.filter(pc.invert(pc.is_in(matched.column("row_id"), pa.array(deleted, pa.string()))))
+    if overlay is not None and overlay.removed:
+        deleted = pa.array(sorted(overlay.removed), pa.string())
+        matched = matched.filter(pc.invert(pc.is_in(matched.column("row_id"), value_set=deleted)))
     return matched
 
 
@@ -553,17 +554,19 @@ def _refuse(column: str, value: str | None, why: str, row_ids: pa.Array, current
 
 def _base_values(scope: _Scope, column: str, row_ids: pa.Array, current: pa.Array) -> pa.Array:
     """Each changing cell's value at the base version: its pending edit's old value, None in an added row."""
-    base: dict[str, str | None] = {}
-    for e in scope.edits:
-        if e.change == "update" and e.column == column:
-            base[e.row_id] = e.old_value
-        elif e.change == "insert":
-            base[e.row_id] = None
-    if not base or not len(row_ids):
+    folded = scope.folded
+    change = folded.column("change")
+    mine = pc.and_(pc.equal(change, "update"), pc.fill_null(pc.equal(folded.column("column"), column), False))
+    inserted = pc.equal(change, "insert")
+    known = folded.filter(pc.or_(mine, inserted))
+    if not known.num_rows or not len(row_ids):
         return current
-    known = pa.array(list(base), pa.string())
-    positions = pc.index_in(row_ids, value_set=known)
-    pending = pc.take(pa.array(list(base.values()), pa.string()), positions)
+    # An added row's cells are all None; its row_id may repeat (one per cell), which index_in allows.
+    olds = pc.if_else(
+        pc.equal(known.column("change"), "insert"), pa.scalar(None, pa.string()), known.column("old_value")
+    )
+    positions = pc.index_in(row_ids, value_set=known.column("row_id").combine_chunks())
+    pending = pc.take(olds.combine_chunks() if isinstance(olds, pa.ChunkedArray) else olds, positions)
     return pc.if_else(pc.is_valid(positions), pending, current)
 
 
@@ -572,8 +575,9 @@ def _sample(scope: _Scope, column: str, ids: pa.Array, before: pa.Array, after: 
     first = ids.slice(0, SAMPLE_ROWS).to_pylist()
     if not first:
         return ()
-    overlay = sessions.overlay_at(scope.dataset, scope.edits, scope.version) if scope.edits else None
-    from_overlay = {r: overlay.rows[r] for r in first if overlay is not None and r in overlay.rows}
+    overlay = sessions.overlay_of(scope.dataset, scope.folded, scope.version)
+    laid = {r: overlay.row(r) for r in first} if overlay is not None else {}
+    from_overlay = {r: row for r, row in laid.items() if row is not None}
     stored = [r for r in first if r not in from_overlay]
     rows = {**reads.read_rows_as_text(location(scope.dataset.path), scope.version, stored), **from_overlay}
     olds, news = before.slice(0, SAMPLE_ROWS).to_pylist(), after.slice(0, SAMPLE_ROWS).to_pylist()
@@ -813,24 +817,32 @@ def pending_view(layout: DatasetLayout, session_id: str) -> tuple[list[sessions.
     """A session's pending changes as the pending list shows them: each live bulk change as one.
 
     Returns the changes that belong to no bulk change (``sessions.pending_changes``) and
-    the bulk changes with at least one cell still theirs, oldest first.
+    the bulk changes with at least one cell still theirs, oldest first. A cell is a bulk
+    change's while its newest event is one of the change's cells.
     """
-    events = sessions.read_events(layout, session_id).to_pylist()
-    markers = _live_markers(events)
-    newest: dict[tuple[str, str], str | None] = {}
+    events = sessions.read_events(layout, session_id)
+    markers = _live_markers(events.filter(pc.equal(events.column("column"), sessions.BULK_MARKER)).to_pylist())
+    folded = sessions.fold_events(events)
     known: dict[str, str | None] = {}
-    for e in events:
-        if e["column"] not in (sessions.BULK_MARKER, sessions.ROW_MARKER):
-            newest[(e["row_id"], e["column"])] = _bulk_of(e["validation"], known)
-    cells: dict[str, int] = dict.fromkeys(markers, 0)
-    own: list[sessions.CellEdit] = []
-    for edit in sessions.effective_edits_of(events):
-        bulk_id = newest.get((edit.row_id, edit.column or "")) if edit.change == "update" else None
-        if bulk_id in cells:
-            cells[bulk_id] += 1
-        else:
-            own.append(edit)
-    bulks = [_bulk_change(session_id, bulk_id, markers[bulk_id], n) for bulk_id, n in cells.items() if n]
+    tags = {
+        tag: bulk_id
+        for tag in pc.unique(folded.column("validation")).to_pylist()
+        if (bulk_id := _bulk_of(tag, known)) in markers
+    }
+    theirs = pc.and_(
+        pc.equal(folded.column("change"), "update"),
+        pc.is_in(folded.column("validation"), pa.array(list(tags), pa.string())),
+    )
+    theirs = pc.fill_null(theirs, False)
+    counted: dict[str, int] = {}
+    for row in pc.value_counts(folded.filter(theirs).column("validation")).to_pylist():
+        counted[tags[row["values"]]] = counted.get(tags[row["values"]], 0) + row["counts"]
+    own = sessions.cell_edits(folded.filter(pc.invert(theirs)))
+    bulks = [
+        _bulk_change(session_id, bulk_id, marker, counted[bulk_id])
+        for bulk_id, marker in markers.items()
+        if counted.get(bulk_id)
+    ]
     return sessions.pending_changes(own), bulks
 
 

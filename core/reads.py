@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -179,11 +179,28 @@ class Overlay:
     replaced rows are then left out by it, which reads a narrower column than ``row_id``.
     """
 
-    rows: dict[str, dict[str, str | None]]
+    rows: dict[str, dict[str, str | None]] = field(default_factory=dict)
     added: int = 0
     key: str | None = None
     # Rows left out of the read altogether (the ``row_id`` of each row a session deletes).
     removed: frozenset[str] = frozenset()
+    # The rows as an Arrow table of text columns (``row_id`` among them), instead of ``rows``:
+    # a session with a bulk change of a million cells lays a million rows over the table.
+    table: Any = None
+
+    @property
+    def laid(self) -> bool:
+        """Whether it has rows to lay over the table."""
+        return bool(self.rows) or (self.table is not None and self.table.num_rows > 0)
+
+    def row(self, row_id: str) -> dict[str, str | None] | None:
+        """The row ``row_id`` laid over the table, or None."""
+        if self.table is None:
+            return self.rows.get(row_id)
+        import pyarrow.compute as pc
+
+        found = self.table.filter(pc.equal(self.table.column("row_id"), row_id)).to_pylist()
+        return found[0] if found else None
 
 
 def _source(
@@ -195,7 +212,7 @@ def _source(
     table instead of a scan of the files.
     """
     scan, extra = _scan(version)
-    if overlay is None or not (overlay.rows or overlay.removed):
+    if overlay is None or not (overlay.laid or overlay.removed):
         return scan, [str(path), *extra], []
     import pyarrow as pa
 
@@ -206,10 +223,8 @@ def _source(
         cursor().register(scan, held.table)
         views.append(scan)
     names = list(columns)
-    laid = {row_id: r for row_id, r in overlay.rows.items() if row_id not in overlay.removed}
-    data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in laid.items()] for c in names}
     view = f"oreo_overlay_{uuid.uuid4().hex}"
-    cursor().register(view, pa.table({c: pa.array(data[c], pa.string()) for c in names}))
+    cursor().register(view, _overlay_table(overlay, names))
     views.append(view)
     typed = ", ".join(f"CAST({quote_ident(c)} AS {columns[c]}) AS {quote_ident(c)}" for c in names)
     by = overlay.key if overlay.key in columns else "row_id"
@@ -225,6 +240,24 @@ def _source(
         f"UNION ALL BY NAME SELECT {typed} FROM {view})"
     )
     return sql, base_params, views
+
+
+def _overlay_table(overlay: Overlay, names: list[str]) -> Any:
+    """The overlay's rows (but the removed ones) as an Arrow table of ``names``, each a text column."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if overlay.table is not None:
+        table = overlay.table
+        if overlay.removed:
+            gone = pa.array(sorted(overlay.removed), pa.string())
+            table = table.filter(pc.invert(pc.is_in(table.column("row_id"), value_set=gone)))
+        return pa.table(
+            {c: table.column(c) if c in table.column_names else pa.nulls(table.num_rows, pa.string()) for c in names}
+        )
+    laid = {row_id: r for row_id, r in overlay.rows.items() if row_id not in overlay.removed}
+    data = {c: [r.get(c) if c != "row_id" else row_id for row_id, r in laid.items()] for c in names}
+    return pa.table({c: pa.array(data[c], pa.string()) for c in names})
 
 
 @dataclass(frozen=True)
@@ -585,7 +618,7 @@ def read_page(
     filters = filters or []
     conditions = conditions or []
     default_order = list(default_order or [])
-    needs_schema = filters or conditions or order_by or default_order or (overlay is not None and overlay.rows)
+    needs_schema = filters or conditions or order_by or default_order or (overlay is not None and overlay.laid)
     # The schema is only needed to check names; unfiltered natural-order pages skip it.
     columns = {c.name: c.type for c in table_schema(path, version)} if needs_schema else {}
     where, where_params = _all_where(filters, conditions, columns)
@@ -733,7 +766,7 @@ def matching_values(
         raise InvalidInput(f"unknown column {column!r}; columns are: {', '.join(columns)}", field="column")
     where, where_params = where_sql(list(conditions or []), columns)
     held = _held_version(path, version, known_total)
-    plain = overlay is None or not overlay.rows
+    plain = overlay is None or not overlay.laid
     if held is not None and plain and type_family(columns[column]) == "text" and columns.get("row_id") == "VARCHAR":
         # Text as stored is its text: DuckDB only finds the rows, Arrow takes their two columns. DuckDB
         # sees only the filtered columns (a wide table costs its scan setup per column).
@@ -852,6 +885,35 @@ def read_rows_as_text(
     sql = f"SELECT {select} FROM {scan} WHERE row_id IN (SELECT unnest(?::VARCHAR[]))"
     rows = _run(sql, [str(path), *extra, list(row_ids)], path).fetchall()
     return {r[0]: dict(zip(["row_id", *names], r, strict=True)) for r in rows}
+
+
+def read_rows_as_text_table(path: Location, version: int, row_ids: Any) -> Any:
+    """``read_rows_as_text`` for many rows: an Arrow table, ``row_id`` then every column, all as text.
+
+    ``row_ids`` is an Arrow string array (or a list). A few rows are read as
+    ``read_rows_as_text`` reads them; more, in one scan joined with the ids.
+
+    Raises:
+        NotFound: No table at ``path`` or no such version.
+    """
+    import pyarrow as pa
+
+    _require_table(path)
+    ids = row_ids if isinstance(row_ids, pa.Array | pa.ChunkedArray) else pa.array(list(row_ids), pa.string())
+    types = {c.name: c.type for c in table_schema(path, version)}
+    names = ["row_id", *(c for c in types if c != "row_id")]
+    if len(ids) <= _POINT_READ_MAX_IDS:
+        found = read_rows_as_text(path, version, ids.to_pylist())
+        return pa.table({c: pa.array([r.get(c) for r in found.values()], pa.string()) for c in names})
+    view = f"oreo_ids_{uuid.uuid4().hex}"
+    cursor().register(view, pa.table({"row_id": ids}))
+    try:
+        scan, extra = _scan(version)
+        select = ", ".join(f"CAST({quote_ident(c)} AS VARCHAR) AS {quote_ident(c)}" for c in names)
+        sql = f"SELECT {select} FROM {scan} WHERE row_id IN (SELECT row_id FROM {view})"
+        return _run(sql, [str(path), *extra], path).to_arrow_table()
+    finally:
+        cursor().unregister(view)
 
 
 def _read_located(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from core.auth import Role, User, role_within
@@ -155,19 +155,29 @@ def beat(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
     now = utcnow()
     with catalog.session() as s:
         role = _role(s, page, actor)
-        s.execute(delete(PresenceRow).where(PresenceRow.seen_at < now - _idle()))
-        row = s.get(PresenceRow, (page.key, actor.username))
-        if row is None:
-            s.add(
-                PresenceRow(
-                    page=page.key, username=actor.username, project_id=page.project_id, name=actor.label,
-                    role=role.value, since=now, seen_at=now,
+        if _cleanup_due(catalog, now):  # reads skip idle rows anyway: deleting them is housekeeping
+            s.execute(delete(PresenceRow).where(PresenceRow.seen_at < now - _idle()))
+        mine = (PresenceRow.page == page.key) & (PresenceRow.username == actor.username)
+        values = {"seen_at": now, "role": role.value, "name": actor.label}
+        if s.execute(update(PresenceRow).where(mine).values(**values)).rowcount == 0:  # type: ignore[attr-defined]
+            s.execute(
+                insert(PresenceRow).values(
+                    page=page.key, username=actor.username, project_id=page.project_id, since=now, **values
                 )
-            )  # fmt: skip
-        else:
-            row.seen_at, row.role, row.name = now, role.value, actor.label
-        s.flush()
+            )
         return _read(s, page, actor, now)
+
+
+# When this process last deleted idle rows, by catalog: once per quarter of the idle time is enough.
+_cleaned: dict[int, datetime] = {}
+
+
+def _cleanup_due(catalog: Catalog, now: datetime) -> bool:
+    last = _cleaned.get(id(catalog))
+    if last is not None and now - last < _idle() / 4:
+        return False
+    _cleaned[id(catalog)] = now
+    return True
 
 
 def present(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
@@ -189,16 +199,20 @@ def leave(catalog: Catalog, page: PageRef, *, actor: User) -> None:
 
 
 def _read(s: Session, page: PageRef, actor: User, now: datetime) -> Beat:
-    rows = s.scalars(
-        select(PresenceRow)
+    rows = s.execute(
+        select(PresenceRow.username, PresenceRow.name, PresenceRow.role, PresenceRow.since, PresenceRow.seen_at)
         .where(PresenceRow.page == page.key, PresenceRow.username != actor.username)
         .where(PresenceRow.seen_at >= now - _idle())
         .order_by(PresenceRow.since, PresenceRow.username)
     ).all()
-    others = [Present(r.username, r.name, r.role, r.since, r.seen_at) for r in rows]
+    others = [Present(*r) for r in rows]
     if page.kind == "table":
-        dataset = s.get(DatasetRow, (page.project_id, page.target))
-        return Beat(others, version=None if dataset is None else dataset.delta_version)
+        version = s.scalar(
+            select(DatasetRow.delta_version).where(
+                DatasetRow.project_id == page.project_id, DatasetRow.dataset_id == page.target
+            )
+        )
+        return Beat(others, version=version)
     return Beat(others, request=_request_mark(s, page.target))
 
 

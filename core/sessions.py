@@ -835,14 +835,12 @@ def apply_edits(catalog: Catalog, session_id: str, ops: list[EditOp], *, actor: 
     before = _events_of(stored, touched)
     after = _fold(before + events)
     count = cached.count - len(_fold(before)) + len(after)
-    inserted = (cached.inserted - touched) | {e.row_id for e in after if e.change == "insert"}
-    deleted = (cached.deleted - touched) | {e.row_id for e in after if e.change == "delete" and e.column is None}
+    now_inserted = (cached.inserted - touched) | {e.row_id for e in after if e.change == "insert"}
+    now_deleted = (cached.deleted - touched) | {e.row_id for e in after if e.change == "delete" and e.column is None}
     new = pa.Table.from_pylist(events, schema=EDITS_SCHEMA)
     updated, table = _append(layout, info, new, cached.table)
     now = pa.concat_tables([stored, new], promote_options="permissive") if stored.num_rows else new
-    _events_cache[session_id] = _Cached(
-        updated.last_activity, now, table, count, frozenset(inserted), frozenset(deleted)
-    )
+    _events_cache[session_id] = _Cached(updated.last_activity, now, table, count, now_inserted, now_deleted)
     metrics.edit_saved(len(ops))
     return count
 

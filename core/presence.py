@@ -6,8 +6,9 @@ default): one unit of work on the catalog that
 * checks that the person still holds a role in the page's project (no role: no presence,
   neither shown nor seen),
 * writes their row (``PresenceRow``: page, person, name, role, since when, seen at),
-* deletes every row older than the idle time (``OREO_PRESENCE_IDLE_S``, 60 s), so the table
-  cleans itself up with no background job, on any replica,
+* deletes every row older than the idle time (``OREO_PRESENCE_IDLE_S``, 60 s), at most once
+  per quarter of it in each process (reads skip idle rows anyway), so the table cleans itself
+  up with no background job, on any replica,
 * and reads back who else is on the page, with what the page watches for news: the
   dataset's version (the Table page) or the request's state, revision and comments (the
   Review page).

@@ -233,20 +233,23 @@ def row_diff_view(
         st.write("No changes to show.")
         return page
 
-    left, right = st.columns([1, 2])
-    left.pills(
+    # One row when it fits; on a narrow window the column picker moves under the kinds, whole.
+    filters_row = st.container(horizontal=True, wrap=True, gap="medium", key=f"{key}_filter_row")
+    filters_row.pills(
         "Kind",
         list(KINDS),
         selection_mode="multi",
         key=kinds_key,
         format_func=lambda k: KIND_LABELS[k],
+        width="content",
     )
-    right.multiselect(
+    filters_row.multiselect(
         "Columns",
         [c for c in page.columns if c != "row_id"],
         key=columns_key,
         placeholder="Any column",
         help="Only rows whose value changes in one of these columns",
+        width=360,
     )
     _table(page, page_no, page_size, types, key=key, key_name=key_name, notes=notes)
     _downloads(export, kinds, chosen, key=key, file_stem=file_stem)

@@ -101,6 +101,25 @@ def cut_labels(page: Page) -> list[str]:
     return cut
 
 
+def hidden_pills(page: Page) -> list[str]:
+    """Pills of the main area (the Review diff's kinds, say) that their group's box cuts off.
+
+    A pill is a whole button; when the group is narrower than its pills, the last ones are
+    clipped by the group rather than shortened, so ``cut_labels`` does not see them.
+    """
+    hidden: list[str] = page.evaluate(
+        """() => [...document.querySelectorAll("[data-testid='stMain'] [data-testid='stButtonGroup']")]
+            .filter(g => g.offsetParent !== null)
+            .flatMap(g => {
+                const group = g.getBoundingClientRect();
+                return [...g.querySelectorAll('button')]
+                    .filter(b => b.getBoundingClientRect().right > group.right + 1)
+                    .map(b => b.innerText.trim());
+            })"""
+    )
+    return hidden
+
+
 def button_labels(page: Page) -> list[str]:
     """The label texts of the main area's visible buttons (their icons left out)."""
     labels: list[str] = page.evaluate(
@@ -136,7 +155,10 @@ def test_buttons_keep_their_labels_at_1024_px(
     sign_in(approver, "approver", demo_workspace.passwords["approver"], settle)
     open_page(approver, "/review", "Review", settle)
     expect(approver.get_by_role("button", name="Request changes")).to_be_visible()
+    kinds = approver.get_by_test_id("stButtonGroup").filter(has_text="deleted")
+    expect(kinds).to_be_visible()  # the diff's kind filter: updated, inserted, deleted
     assert look(approver, shots, "review") == []
+    assert look(approver, shots, "review-diff", kinds) == [] and hidden_pills(approver) == []
     open_page(approver, "/inbox", "Inbox", settle)
     expect(approver.get_by_role("button", name="Open request").first).to_be_visible()
     assert look(approver, shots, "inbox") == []

@@ -193,14 +193,15 @@ class Overlay:
         """Whether it has rows to lay over the table."""
         return bool(self.rows) or (self.table is not None and self.table.num_rows > 0)
 
-    def row(self, row_id: str) -> dict[str, str | None] | None:
-        """The row ``row_id`` laid over the table, or None."""
+    def rows_of(self, row_ids: list[str]) -> dict[str, dict[str, str | None]]:
+        """The rows of ``row_ids`` laid over the table (those it has), by ``row_id``."""
         if self.table is None:
-            return self.rows.get(row_id)
+            return {r: self.rows[r] for r in row_ids if r in self.rows}
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        found = self.table.filter(pc.equal(self.table.column("row_id"), row_id)).to_pylist()
-        return found[0] if found else None
+        wanted = pa.array(row_ids, pa.string())
+        return {r["row_id"]: r for r in self.table.filter(pc.is_in(self.table.column("row_id"), wanted)).to_pylist()}
 
 
 def _source(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from core.duck import cursor
 
@@ -116,11 +117,24 @@ def open_table(page: Page, settle: Settle, total: int) -> None:
 
 
 def choose(page: Page, key: str, option: str) -> None:
-    """Pick an option in the selectbox with widget key ``key`` by typing it, as a person would."""
+    """Pick an option in the selectbox with widget key ``key`` by typing it, as a person would.
+
+    A rerun that lands while the list is open (the grid's own update after a filter, say)
+    redraws the box and closes its list; a person whose list closed opens it again, and so
+    does this.
+    """
     combobox = page.locator(f".st-key-{key}").get_by_role("combobox")
-    combobox.click()
-    combobox.press_sequentially(option)
-    page.get_by_role("option", name=option, exact=True).click()
+    for attempt in range(2):
+        wait_quiet(page)
+        combobox.click()
+        combobox.press_sequentially(option)
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=15_000)
+            break
+        except PlaywrightTimeoutError:
+            if attempt:
+                raise
+            page.keyboard.press("Escape")
     expect(combobox).to_have_value(option)
 
 

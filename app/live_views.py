@@ -28,6 +28,7 @@ from core.auth import User
 from core.catalog import Catalog
 from core.change_requests import ChangeRequest
 from core.config import get_settings
+from core.conflicts import ROW_DELETED
 from core.errors import OreoError
 
 logger = logging.getLogger("oreo.live")
@@ -135,8 +136,8 @@ def conflicts_panel(
     with st.container(key="table_early_conflicts", border=True):
         st.markdown(
             f"**Main changed under {len(found)} of your pending change(s)** · decide each before you submit: "
-            "keep mine (your value goes on top of the new version), take theirs (your change is dropped), "
-            "or edit the cell again.",
+            "keep mine (your value goes on top of the new version; a row deleted since comes back with your "
+            "values), take theirs (your change is dropped), or edit the cell again.",
         )
         for n, conflict in enumerate(found):
             _conflict_row(catalog, user, session, conflict, n, reset_editor)
@@ -158,8 +159,11 @@ def _conflict_row(
     choices: list[tuple[Any, str, str, early_conflicts.Choice]] = [
         (mine, "Keep mine", "keep", "mine"), (theirs, "Take theirs", "take", "theirs"),
     ]  # fmt: skip
+    helps = {"mine": _keep_mine_help(conflict), "theirs": None}
     for slot, label, tag, choice in choices:
-        if choice in conflict.choices and slot.button(label, key=f"early_{tag}_{n}", width="stretch"):
+        if choice in conflict.choices and slot.button(
+            label, key=f"early_{tag}_{n}", width="stretch", help=helps[choice]
+        ):
             with oreo_errors():
                 done = early_conflicts.resolve_early_conflict(
                     catalog, session.session_id, conflict.row_id, conflict.column, choice, actor=user
@@ -173,6 +177,12 @@ def _conflict_row(
         st.session_state["early_edit"] = (conflict.row_id, conflict.column)
     if st.session_state.get("early_edit") == (conflict.row_id, conflict.column):
         _edit_again(catalog, user, session, conflict, n, reset_editor)
+
+
+def _keep_mine_help(conflict: early_conflicts.EarlyConflict) -> str:
+    if conflict.reason == ROW_DELETED and conflict.column is not None:
+        return "Main deleted this row: keeping yours brings the row back, with your pending values, as a new row."
+    return "Your value goes on top of main's new version."
 
 
 def _edit_again(

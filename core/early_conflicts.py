@@ -15,8 +15,10 @@ Each shows ``base`` (what the edit started from), ``mine`` (the pending value) a
 
 * **keep mine** - the cell is re-based: a new event records the pending value over ``main``'s
   value now (its ``old_value``), so it no longer differs from what it was edited from; a
-  deleted row that changed is pinned to the version it was decided at
-  (``early_conflicts.json`` beside the session's metadata);
+  row deleted since comes back as the session has it (an insert of its values at the
+  session's base with the pending cells over them, as a change request's "keep mine"
+  brings it back at approval); a deleted row that changed is pinned to the version it
+  was decided at (``early_conflicts.json`` beside the session's metadata);
 * **take theirs** - the pending change is dropped (an event whose new value is the value now,
   or the row marker undone);
 * or **edit again**: an ordinary save on the cell (``sessions.apply_edits``) after keeping
@@ -70,8 +72,8 @@ class EarlyConflict:
 
     @property
     def choices(self) -> tuple[Choice, ...]:
-        """What may be chosen: a cell update of a deleted row, or an insert over a new row, can only go."""
-        if self.reason == conflicts.ROW_ADDED or (self.reason == conflicts.ROW_DELETED and self.column is not None):
+        """What may be chosen: an insert over a row added since can only go; anything else may stay."""
+        if self.reason == conflicts.ROW_ADDED:
             return ("theirs",)
         return conflicts.CHOICES
 
@@ -220,6 +222,8 @@ def resolve_early_conflict(
 
 def _apply(layout: DatasetLayout, info: SessionInfo, actor: User, target: EarlyConflict, choice: Choice) -> SessionInfo:
     """Record the decision as the session's next events (or a pin); returns the session's metadata after."""
+    if choice == "mine" and target.reason == conflicts.ROW_DELETED and target.column is not None:
+        return _append(layout, info, actor, _brought_back(layout, info, target.row_id))
     if target.column is not None:
         old = target.now if target.reason == conflicts.ALSO_CHANGED else target.base
         new = target.mine if choice == "mine" else old
@@ -231,6 +235,21 @@ def _apply(layout: DatasetLayout, info: SessionInfo, actor: User, target: EarlyC
         return info
     # A delete of a row gone or taken back, an insert over a row added since: the row marker is undone.
     return _append(layout, info, actor, [(target.row_id, sessions.ROW_MARKER, None, None)])
+
+
+def _brought_back(
+    layout: DatasetLayout, info: SessionInfo, row_id: str
+) -> list[tuple[str, str, str | None, str | None]]:
+    """Events inserting a row deleted since as the session has it: its base values, its pending cells over them."""
+    base = reads.read_rows_as_text(layout.main, info.base_version, [row_id]).get(row_id) or {}
+    mine = {
+        e.column: e.new_value
+        for e in sessions.effective_edits(layout, info.session_id)
+        if e.row_id == row_id and e.change == "update" and e.column is not None
+    }
+    values = {c: v for c, v in base.items() if c != "row_id"} | mine
+    events: list[tuple[str, str, str | None, str | None]] = [(row_id, sessions.ROW_MARKER, None, sessions.INSERT)]
+    return events + [(row_id, column, None, value) for column, value in values.items() if value is not None]
 
 
 def _append(

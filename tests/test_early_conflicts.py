@@ -97,10 +97,8 @@ def test_row_conflicts_of_a_deleted_row(catalog: Catalog) -> None:
     found = early_conflicts.find_early_conflicts(catalog, session, actor=ed)
     assert [(c.cell, c.reason, c.base, c.now, c.choices) for c in found] == [
         ("6.*", conflicts.ROW_CHANGED, "qty = 60", "qty = 606", ("mine", "theirs")),
-        ("8.name", conflicts.ROW_DELETED, "name 8", None, ("theirs",)),
+        ("8.name", conflicts.ROW_DELETED, "name 8", None, ("mine", "theirs")),
     ]
-    with pytest.raises(InvalidInput, match=r"8\.name: row deleted since in version 1; only take theirs"):
-        early_conflicts.resolve_early_conflict(catalog, session, "8", "name", "mine", actor=ed)
     kept = early_conflicts.resolve_early_conflict(catalog, session, "6", "*", "mine", actor=ed)
     assert [c.cell for c in kept.remaining] == ["8.name"]  # the delete is pinned, the base is not moved yet
     assert json.loads((ms.layout().session_dir(session) / early_conflicts.PINS_FILE).read_text()) == {"pins": {"6": 1}}
@@ -110,6 +108,49 @@ def test_row_conflicts_of_a_deleted_row(catalog: Catalog) -> None:
     assert changes == {("6", "delete"), ("7", "delete")}
     cr = change_requests.submit_change_request(catalog, session, actor=ed)
     assert conflicts.find_conflicts(catalog, cr.id, actor=ed) == []
+
+
+def test_keeping_mine_on_a_row_deleted_since_brings_it_back_as_the_session_has_it(catalog: Catalog) -> None:
+    ed = ms.user(catalog, "ed")
+    session = _edit(
+        catalog, "ed", [SetCell("8", "name", "mine 8"), SetCell("8", "score", "8.5"), SetCell("3", "qty", "33")]
+    )
+    _merge(catalog, "ed2", [DeleteRow("8")])
+    found = early_conflicts.find_early_conflicts(catalog, session, actor=ed)
+    assert [(c.cell, c.reason, c.mine, c.choices) for c in found] == [
+        ("8.name", conflicts.ROW_DELETED, "mine 8", ("mine", "theirs")),
+        ("8.score", conflicts.ROW_DELETED, "8.5", ("mine", "theirs")),
+    ]
+    # One "keep mine" brings the whole row back, so both of its cells are decided.
+    done = early_conflicts.resolve_early_conflict(catalog, session, "8", "score", "mine", actor=ed)
+    assert done.remaining == [] and done.rebased and done.base_version == 1
+    pending = {(e.row_id, e.column, e.new_value, e.change) for e in sessions.effective_edits(ms.layout(), session)}
+    assert pending == {
+        ("8", None, None, "insert"), ("8", "id", "8", "insert"), ("8", "name", "mine 8", "insert"),
+        ("8", "qty", "80", "insert"), ("8", "score", "8.5", "insert"), ("3", "qty", "33", "update"),
+    }  # fmt: skip
+    cr = change_requests.submit_change_request(catalog, session, actor=ed)
+    assert conflicts.find_conflicts(catalog, cr.id, actor=ed) == []
+    merge.approve_change_request(catalog, cr.id, actor=ms.user(catalog, "al"))
+    rows = ms.main_frame().set_index("row_id")
+    assert (rows.loc["8", "id"], rows.loc["8", "name"], rows.loc["8", "qty"], rows.loc["8", "score"]) == (
+        8,
+        "mine 8",
+        80,
+        8.5,
+    )
+    assert rows.loc["3", "qty"] == 33 and len(rows) == 8
+
+
+def test_taking_theirs_on_one_cell_of_a_deleted_row_leaves_that_cell_out_of_mine(catalog: Catalog) -> None:
+    ed = ms.user(catalog, "ed")
+    session = _edit(catalog, "ed", [SetCell("8", "name", "mine 8"), SetCell("8", "qty", "88")])
+    _merge(catalog, "ed2", [DeleteRow("8")])
+    left = early_conflicts.resolve_early_conflict(catalog, session, "8", "qty", "theirs", actor=ed)
+    assert [c.cell for c in left.remaining] == ["8.name"]
+    early_conflicts.resolve_early_conflict(catalog, session, "8", "name", "mine", actor=ed)
+    values = {e.column: e.new_value for e in sessions.effective_edits(ms.layout(), session) if e.column}
+    assert (values["name"], values["qty"]) == ("mine 8", "80")  # the row's base qty, not the dropped 88
 
 
 def test_others_pending_cells_are_marked_without_their_values(catalog: Catalog) -> None:

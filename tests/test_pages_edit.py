@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from app import editing, filter_bar
 from app.components import status_badge
 from app.formatting import display_value
-from core import auth, change_requests, datasets, sessions
+from core import auth, change_requests, datasets, merge, sessions
 from core.catalog import Catalog
 from core.errors import InvalidInput
 from core.filters import Condition
@@ -449,6 +449,30 @@ def test_discard_session_drops_every_pending_edit(workspace: Catalog) -> None:
     assert pending(workspace, "erin") == []
     assert _row(at, "1000")["plan"] == "free"
     assert "Your pending edits were discarded." in texts(at.info)
+
+
+def test_keep_mine_brings_back_a_row_main_deleted_under_the_session(workspace: Catalog) -> None:
+    erin = user(workspace, "erin")
+    edit(workspace, "erin", SetCell("1001", "plan", "enterprise"))
+    gone = edit(workspace, "eve", DeleteRow("1001"))
+    cr = change_requests.submit_change_request(workspace, gone.session_id, actor=user(workspace, "eve"))
+    merge.approve_change_request(workspace, cr.id, actor=user(workspace, "ann"))
+
+    at = signed_in("erin", TABLE_PAGE)
+    panel = " ".join(m.value for m in at.markdown)
+    assert "Main changed under 1 of your pending change(s)" in panel
+    assert "row `1001` · **plan** (row deleted since, version 1): base `pro` · mine `enterprise` · now `∅`" in panel
+    keep = at.button(key="early_keep_0")
+    assert "brings the row back" in (keep.help or ""), keep.help
+    assert "early_take_0" in button_keys(at)
+
+    at = keep.click().run(timeout=120)
+    assert not at.exception, at.exception
+    assert has_text(at.success, "Keep mine on row 1001 · plan. Your session now starts from version 1.")
+    assert not [k for k in button_keys(at) if k.startswith("early_")]
+    rows = {(e.row_id, e.column, e.new_value, e.change) for e in pending(workspace, "erin")}
+    assert ("1001", "plan", "enterprise", "insert") in rows and ("1001", "amount", "1.5", "insert") in rows
+    assert sessions.current_session(workspace, "shop", "orders", actor=erin) is not None
 
 
 def test_each_user_sees_only_their_own_session(workspace: Catalog) -> None:

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from core.reads import Column
 
 MARK_COLUMN = "_mark"
-# The change column as wide as its longest mark, within these bounds (pixels; about 6.5 per character).
-MARK_WIDTH_PX = (75, 420)
 DELETE_COLUMN = "_delete"
 EDIT_COLUMNS = (MARK_COLUMN, DELETE_COLUMN)  # the grid's own columns, not the table's
 MARKS = {"update": "✎ edited", "insert": "＋ added", "delete": "✖ deleted", "": ""}
@@ -391,10 +389,3 @@ def preview_config(columns: Sequence[Column], key_column: str | None) -> dict[st
         elif type_family(column.type) in ("integer", "decimal", "float"):
             config[column.name] = st.column_config.TextColumn(column.name, alignment="right")
     return config
-
-
-def mark_width(frame: pd.DataFrame) -> int:
-    """Pixels for the change column to show its longest mark whole (within ``MARK_WIDTH_PX``)."""
-    longest = int(frame[MARK_COLUMN].astype(str).str.len().max()) if len(frame) else 0
-    low, high = MARK_WIDTH_PX
-    return max(low, min(high, round(20 + 6.5 * longest)))

@@ -207,26 +207,25 @@ def _edit_again(
             st.rerun()
 
 
-def mark_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str, frame: pd.DataFrame) -> bool:
+def mark_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str, frame: pd.DataFrame) -> None:
     """Add to each row's change mark the cells someone else has pending on it ("also pending: name · Bob (session)").
 
     Above the grid, what the last save said (``tell_overlaps``) stays until the next save or refresh.
-    Returns whether any row got such a mark (the grid then widens its change column to show it).
     """
     said = st.session_state.get(ALSO_KEY)
     if said:
         with st.container(key="table_also_pending"):
             st.warning(said, icon=":material/group:")
     if not len(frame) or MARK_COLUMN not in frame.columns:
-        return False
+        return
     try:
         found = overlaps.pending_elsewhere(
             catalog, project_id, dataset_id, actor=user, row_ids=[str(r) for r in frame["row_id"]]
         )
     except OreoError:
-        return False  # a hint, not a check: the page works without it
+        return  # a hint, not a check: the page works without it
     if not found:
-        return False
+        return
     by_row: dict[str, list[str]] = {}
     for o in found:
         by_row.setdefault(o.row_id, []).append(f"{o.column or 'row'} · {o.label}")
@@ -236,7 +235,6 @@ def mark_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str
         said = f"also pending: {'; '.join(sorted(also))}" if also else ""
         marks.append(" · ".join(part for part in (mark, said) if part))
     frame[MARK_COLUMN] = marks
-    return True
 
 
 def tell_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str, ops: list[sessions.EditOp]) -> None:

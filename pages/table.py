@@ -259,7 +259,9 @@ with oreo_errors():
         )  # fmt: skip
         descending = s2.toggle("Descending", key="table_sort_desc", disabled=sort_col == NATURAL)
         sizes = sorted({25, 50, 100, get_settings().page_size})
-        page_size = s3.selectbox("Rows/page", sizes, index=sizes.index(get_settings().page_size), key="table_page_size")
+        page_size = s3.selectbox(
+            "Rows/page", sizes, index=sizes.index(get_settings().page_size), key="table_page_size"
+        )
     order_by = None if sort_col == NATURAL else sort_col
     descending = descending and order_by is not None
 
@@ -309,10 +311,8 @@ with oreo_errors():
 
     first = (page_no - 1) * page_size + 1 if page.total else 0
     last = min(page_no * page_size, page.total)
-    order_note = (
-        f"sorted by {order_by} {'▼' if descending else '▲'}"
-        if order_by
-        else (f"in {', '.join(stable)} order" if stable else "in the order rows were added")
+    order_note = f"sorted by {order_by} {'▼' if descending else '▲'}" if order_by else (
+        f"in {', '.join(stable)} order" if stable else "in the order rows were added"
     )
     st.caption(
         f"{rows_span(first, last, page.total)} · version {info.version} · "
@@ -379,9 +379,7 @@ with oreo_errors():
             icon=":material/delete:",
             disabled=not pending_count or revising,
             help=f"These edits are change request {session.cr_id}'s revision; withdraw the request on My requests "
-            "to drop them."
-            if revising and session is not None
-            else None,
+            "to drop them." if revising and session is not None else None,
         ):
             open_dialog("discard")
         st.caption(
@@ -429,9 +427,7 @@ with oreo_errors():
                 st.rerun()
 
     frame = editing.grid_frame(page.rows, columns, deletable=True)
-    if live_views.mark_overlaps(catalog(), user, project_id, dataset_id, frame):
-        # "also pending: city · Bob (session)" is cut to a few letters in the narrow column.
-        config[editing.MARK_COLUMN] = {**config[editing.MARK_COLUMN], "width": editing.mark_width(frame)}
+    live_views.mark_overlaps(catalog(), user, project_id, dataset_id, frame)
     row_ids = tuple(str(r) for r in frame["row_id"]) if len(frame) else ()
     if st.session_state.get("table_editor_rows") not in (None, row_ids):
         reset_editor()  # other rows: the browser's pending edits point at old positions

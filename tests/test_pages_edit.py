@@ -451,20 +451,6 @@ def test_discard_session_drops_every_pending_edit(workspace: Catalog) -> None:
     assert "Your pending edits were discarded." in texts(at.info)
 
 
-def test_another_editors_pending_cell_is_marked_and_the_change_column_shows_the_mark_whole(workspace: Catalog) -> None:
-    edit(workspace, "eve", SetCell("1002", "plan", "pro"))
-    at = signed_in("erin", TABLE_PAGE)
-    marks = dict(zip(_editor(at).value["order_id"].astype(str), _editor(at).value[editing.MARK_COLUMN], strict=True))
-    assert marks["1002"] == "also pending: plan · Eve (session)" and marks["1001"] == ""
-    width = json.loads(_editor(at).proto.columns)[editing.MARK_COLUMN]["width"]
-    assert width == editing.mark_width(_editor(at).value) == round(20 + 6.5 * len(marks["1002"])), width
-    # Without such marks the column stays narrow.
-    edit(workspace, "eve", SetCell("1002", "plan", order(2)["plan"]))  # eve's change undone
-    at = signed_in("erin", TABLE_PAGE)
-    assert set(_editor(at).value[editing.MARK_COLUMN]) == {""}
-    assert json.loads(_editor(at).proto.columns)[editing.MARK_COLUMN]["width"] == "small"
-
-
 def test_keep_mine_brings_back_a_row_main_deleted_under_the_session(workspace: Catalog) -> None:
     erin = user(workspace, "erin")
     edit(workspace, "erin", SetCell("1001", "plan", "enterprise"))

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 from playwright.sync_api import Locator, Page, expect
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from tests.e2e.test_edit_review import choose  # a list a rerun closed is opened again
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
@@ -30,27 +31,6 @@ def sign_in(page: Page, username: str, password: str, settle: Settle) -> None:
 
 def caption(page: Page) -> Locator:
     return page.get_by_test_id("stCaptionContainer").filter(has_text="Rows ")
-
-
-def choose(page: Page, key: str, option: str, quiet: Callable[..., None]) -> None:
-    """Pick ``option`` in a selectbox once the page is quiet.
-
-    A rerun that lands while the list is open (the one the last click started) redraws the
-    box and closes its list; a person whose list closed opens it again, and so does this.
-    """
-    combobox = page.locator(f".st-key-{key}").get_by_role("combobox")
-    for attempt in range(2):
-        quiet(page)
-        combobox.click()
-        combobox.press_sequentially(option)
-        try:
-            page.get_by_role("option", name=option, exact=True).click(timeout=15_000)
-            break
-        except PlaywrightTimeoutError:
-            if attempt:
-                raise
-            page.keyboard.press("Escape")
-    expect(combobox).to_have_value(option)
 
 
 def shoot(page: Page, shots: Path, name: str, target: Locator) -> None:
@@ -76,7 +56,7 @@ def test_facet_filter_and_merge_two_clusters(
     # ---- the facet of plan: its values with their counts; a click filters by one
     panel = page.locator(".st-key-table_facets")
     panel.get_by_text("Column values and clusters").click()
-    choose(page, "table_facet_col", "plan", quiet)
+    choose(page, "table_facet_col", "plan")
     values = page.locator(".st-key-table_facet_values")
     settle(page, values.get_by_role("button", name="pro", exact=True))
     expect(panel).to_contain_text(f"Matching the filters: {demo_workspace.rows:,} · 4 distinct values")
@@ -90,14 +70,14 @@ def test_facet_filter_and_merge_two_clusters(
     expect(caption(page)).to_contain_text(f"of {pro:,} ·")
 
     # ---- a number column has a histogram
-    choose(page, "table_facet_col", "monthly_spend", quiet)
+    choose(page, "table_facet_col", "monthly_spend")
     settle(page, page.locator(".st-key-table_facet_histogram"))
     shoot(page, shots, "facet-histogram", panel)
     page.get_by_role("button", name="Clear filters").click()
     settle(page, caption(page), f"of {demo_workspace.rows:,}")
 
     # ---- clusters of city: tick two, preview, merge as one pending change
-    choose(page, "table_facet_col", "city", quiet)
+    choose(page, "table_facet_col", "city")
     panel.get_by_text("Clusters", exact=True).click()
     clusters = page.locator(".st-key-table_clusters")
     settle(page, clusters)

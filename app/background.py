@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TextIO
 
 from core import merge
 from core.errors import OreoError
@@ -159,8 +159,23 @@ def start_approval(
     thread = threading.Thread(
         target=_run, args=(catalog, record.id, actor, comment, reviewed), name=f"oreo-approve-{record.id}", daemon=True
     )
+    log.info("approval of %s (revision %s) by %s started", record.id, revision, actor.username)
     thread.start()
     return job
+
+
+def log_approvals(stream: TextIO) -> None:
+    """Write a line to ``stream`` (the server's log) as each approval starts, enters a stage and ends.
+
+    Once per server process; a second call adds nothing.
+    """
+    if any(getattr(handler, "oreo_approvals", False) for handler in log.handlers):
+        return
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s Oreo %(message)s"))
+    handler.oreo_approvals = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
 
 
 def wait_for_change(cr_id: str, seen: Approval | None, *, timeout: float) -> Approval | None:
@@ -172,6 +187,7 @@ def wait_for_change(cr_id: str, seen: Approval | None, *, timeout: float) -> App
 
 def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None, reviewed: tuple[int, str | None]) -> None:
     def stage(name: str) -> None:
+        log.info("approval of %s: %s", cr_id, name)
         now = time.monotonic()
         _update(cr_id, lambda a: replace(a, stages=(*_closed(a.stages, now), StageRun(name, now))))
 
@@ -193,6 +209,8 @@ def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None, reviewe
         shown = errors.on_a_page(exc)
         if shown.logged:
             log.error("the background approval of %s failed: %s", cr_id, shown.text, exc_info=exc)
+        else:
+            log.info("approval of %s refused: %s", cr_id, shown.text)
         _finish(cr_id, error=shown.text)
     except Exception as exc:  # the thread must always leave an outcome; the full trace goes to the log
         log.exception("the background approval of %s failed", cr_id)
@@ -200,6 +218,7 @@ def _run(catalog: Catalog, cr_id: str, actor: User, comment: str | None, reviewe
         _finish(cr_id, error=f"the approval of {cr_id} failed unexpectedly: {first}")
     else:
         _finish(cr_id, merged=merged)
+        log.info("approval of %s merged as version %s", cr_id, merged.merged_version)
 
 
 def _closed(stages: tuple[StageRun, ...], now: float) -> tuple[StageRun, ...]:

@@ -15,6 +15,7 @@ which signs the user in and routes to a page.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import streamlit as st
 
+from app.background import log_approvals
 from app.components import (
     NEEDED_ROLE_KEY,
     catalog,
@@ -122,6 +124,7 @@ def _route() -> None:
 @asynccontextmanager
 async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, warm it up, and log when it is ready."""
+    log_approvals(sys.stdout)  # each approval's start, stages and outcome, in the server's log
     engine.start_in_background(warm_up=warmup.warm_server)  # a small MERGE, then the tables under review
     background.start_background_drainer(None)  # stale requests told, the outbox sent: one per server process
     metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)

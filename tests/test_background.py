@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -64,8 +66,9 @@ def _ended(cr_id: str) -> background.Approval:
 
 
 def test_an_approval_outlives_the_session_that_started_it_and_keeps_its_outcome(
-    workspace: Catalog, ids: dict[str, str]
+    workspace: Catalog, ids: dict[str, str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger=background.log.name)
     cr = change_requests.get_change_request(workspace, ids["warn"], actor=user(workspace, "abe"))
     started: list[background.Approval] = []
     # A browser session's script thread starts it and ends at once, as when the tab is closed.
@@ -81,6 +84,12 @@ def test_an_approval_outlives_the_session_that_started_it_and_keeps_its_outcome(
     assert job.error is None and job.merged is not None and job.merged.merged_version == 1
     assert [s.stage for s in job.stages] == ["conflicts", "checks", "merge", "sync"]
     assert all(s.seconds is not None and s.seconds >= 0 for s in job.stages)
+    # The server's log follows it: started, each stage, merged.
+    assert [r.getMessage() for r in caplog.records if r.name == background.log.name] == [
+        f"approval of {cr.id} (revision {cr.revision}) by abe started",
+        *(f"approval of {cr.id}: {stage}" for stage in background.APPROVE_STAGES),
+        f"approval of {cr.id} merged as version 1",
+    ]
     assert job.finished is not None and job.elapsed() >= sum(s.seconds or 0 for s in job.stages)
 
     # The catalog has it merged, with the submit's and the approval's stage durations.
@@ -103,14 +112,29 @@ def test_an_approval_outlives_the_session_that_started_it_and_keeps_its_outcome(
 
 
 def test_a_refused_approval_ends_with_one_line_and_changes_nothing(workspace: Catalog, ids: dict[str, str]) -> None:
-    # ann wrote "own": four-eyes refuses it in the background thread, as it would in the page.
-    cr = change_requests.get_change_request(workspace, ids["own"], actor=user(workspace, "ann"))
-    background.start_approval(workspace, cr, actor=user(workspace, "ann"))
+    server_log = io.StringIO()
+    background.log_approvals(server_log)
+    background.log_approvals(server_log)  # a second call adds no second handler
+    try:
+        # ann wrote "own": four-eyes refuses it in the background thread, as it would in the page.
+        cr = change_requests.get_change_request(workspace, ids["own"], actor=user(workspace, "ann"))
+        background.start_approval(workspace, cr, actor=user(workspace, "ann"))
+        job = _ended(cr.id)
+    finally:
+        for handler in [h for h in background.log.handlers if getattr(h, "oreo_approvals", False)]:
+            background.log.removeHandler(handler)
 
-    job = _ended(cr.id)
     assert job.outcome == "failed" and job.merged is None
     assert job.error is not None and "cannot approve it" in job.error and "\n" not in job.error
     assert change_requests.get_change_request(workspace, cr.id, actor=user(workspace, "ann")).state == CRState.OPEN
+    # The server's log has a line for its start and one for its end, each once.
+    lines = server_log.getvalue().splitlines()
+    assert [line.split(" Oreo ", 1)[1] for line in lines if f"{cr.id} (revision" in line] == [
+        f"approval of {cr.id} (revision 1) by ann started"
+    ]
+    assert [line for line in lines if "refused" in line] == [
+        next(line for line in lines if line.endswith(f"approval of {cr.id} refused: {job.error}"))
+    ]
 
 
 def test_a_second_start_while_one_runs_joins_it(

@@ -122,6 +122,37 @@ def _wait_healthy(server: OreoServer, port: int) -> bool:
 
 def _stop(server: OreoServer) -> None:
     stop_group(server.process, grace_s=20)
+    if server in _LIVE_SERVERS:
+        _LIVE_SERVERS.remove(server)
+
+
+# What a failed browser test leaves in its report (``pytest_runtest_makereport``): the text of
+# every page it had open and the last lines of every server still running, so a failure on CI
+# names what the page said and what the server logged, not only the locator that timed out.
+_LIVE_SERVERS: list[OreoServer] = []
+_OPEN_PAGES: list[Page] = []
+REPORT_PAGE_CHARS = 4000
+REPORT_LOG_LINES = 60
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if report.failed and call.when == "call":
+        for number, page in enumerate(_OPEN_PAGES, start=1):
+            report.sections.append((f"page {number} ({page.url})", _page_text(page)))
+        for server in _LIVE_SERVERS:
+            report.sections.append((f"server {server.url} log", log_tail(server.log, REPORT_LOG_LINES)))
+    return report
+
+
+def _page_text(page: Page) -> str:
+    """What ``page`` shows, as text (its last part if long); a page that cannot answer says why."""
+    try:
+        text = str(page.evaluate("document.body.innerText"))
+    except Exception as exc:  # a closed or hung page: the report says so instead of failing again
+        return f"(the page did not answer: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return text if len(text) <= REPORT_PAGE_CHARS else "…" + text[-REPORT_PAGE_CHARS:]
 
 
 class SharedSpark:
@@ -204,6 +235,7 @@ def start_oreo(
                 )
             server = OreoServer(url=url, data_root=data_root, process=process, log=log)
             started.append(server)
+            _LIVE_SERVERS.append(server)
             if not shared:
                 _MODULE_SERVERS.append(server)
             if _wait_healthy(server, port):
@@ -258,11 +290,13 @@ def new_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
         contexts.append(context)
         context.add_init_script(RUN_WATCH)
         page = context.new_page()
+        _OPEN_PAGES.append(page)
         page.goto("/")
         wait_idle(page)
         return page
 
     yield open_page
+    _OPEN_PAGES.clear()
     for context in contexts:
         context.close()
 

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.e2e.test_edit_review import confirm_approval
+
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
 
@@ -178,7 +180,7 @@ def test_an_imported_new_column_is_reviewed_merged_and_shown(
     expect(dialog).to_be_visible()
     expect(dialog).to_contain_text(f"It also changes the table's schema: add column {NEW_COLUMN} (string).")
     wait_idle(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {cr_id}")).to_contain_text("into demo/customers as version 1", timeout=SLOW_MS)
     wait_idle(page)
     expect(dialog).to_have_count(0)

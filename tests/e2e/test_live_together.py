@@ -27,6 +27,7 @@ from tests.e2e.test_edit_review import (
     cell,
     cell_centre,
     choose,
+    confirm_approval,
     editor,
     marker,
     open_table,
@@ -107,7 +108,7 @@ def approve_shown(page: Page, cr_id: str, version: int) -> None:
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
     wait_quiet(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {cr_id}")).to_contain_text(f"as version {version}", timeout=SLOW_MS)
     wait_idle(page)
 

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.e2e.test_edit_review import select_cell  # click the key cell, arrow right; retried like a person
+from tests.e2e.test_edit_review import (
+    confirm_approval,
+    select_cell,  # click the key cell, arrow right; retried like a person
+)
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
@@ -162,7 +165,7 @@ def test_submit_and_approve_show_their_stages_and_an_approval_outlives_its_tab(
     dialog = approver.get_by_role("dialog")
     expect(dialog).to_be_visible()
     wait_idle(approver)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(approver)
     approving = status(dialog)
     # Held before its MERGE: conflicts and checks are done, merge runs, sync is still to come.
     expect(approving).to_contain_text("Merging… (merge, ", timeout=SLOW_MS)

@@ -16,6 +16,7 @@ from playwright.sync_api import Locator, Page, expect
 
 from core import reads
 from core.layout import dataset_layout
+from tests.e2e.test_edit_review import confirm_approval
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
@@ -165,7 +166,7 @@ def test_a_replace_is_explained_reviewed_with_its_deletions_and_merged(
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
     wait_idle(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {cr_id}")).to_contain_text("into demo/customers as version 1", timeout=SLOW_MS)
     wait_idle(page)
 

@@ -28,6 +28,7 @@ from tests.e2e.test_edit_review import (
     alert,
     cell,
     choose,
+    confirm_approval,
     editor,
     open_table,
     sign_in,
@@ -145,7 +146,7 @@ def approve(page: Page) -> None:
     expect(dialog).to_be_visible()
     wait_quiet(page)
     dialog.get_by_role("textbox", name="Comment (optional)").press_sequentially("Approved on replica B.")
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
 
 
 def shoot(page: Page, shots: Path, name: str) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.e2e.test_edit_review import confirm_approval
 from tests.in_process import oreo_json
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
@@ -118,7 +119,7 @@ def test_a_link_approves_exactly_the_request_it_names(
     expect(dialog).to_contain_text(f"Change request {linked} · revision 1")
     wait_idle(page)
     shoot(page, shots, "approve_dialog")
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {linked}")).to_be_visible(timeout=SLOW_MS)
     wait_idle(page)
 
@@ -159,7 +160,7 @@ def test_a_request_revised_behind_the_page_is_not_approved(
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text(f"Change request {cr_id} · revision 1")
     wait_idle(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     refused = f"change request {cr_id} is at revision 2 now, not revision 1 that you reviewed"
     expect(dialog.get_by_test_id("stAlertContainer").filter(has_text=refused)).to_be_visible(timeout=SLOW_MS)
     wait_idle(page)

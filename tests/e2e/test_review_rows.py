@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.e2e.test_edit_review import select_cell, type_into_cell  # the grid's selection and double-click edit, shared
+from tests.e2e.test_edit_review import (  # the grid's selection and double-click edit, shared
+    confirm_approval,
+    select_cell,
+    type_into_cell,
+)
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
@@ -222,7 +226,7 @@ def test_approver_reads_updates_inserts_and_deletes_as_rows(
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
     wait_idle(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {cr_id}")).to_be_visible(timeout=SLOW_MS)
     wait_idle(page)
 

@@ -26,7 +26,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from tests.e2e.test_edit_review import alert, choose, open_table, sign_in, submit_request, type_into_cell, wait_idle
+from tests.e2e.test_edit_review import (
+    alert,
+    choose,
+    confirm_approval,
+    open_table,
+    sign_in,
+    submit_request,
+    type_into_cell,
+    wait_idle,
+)
 
 if TYPE_CHECKING:  # conftest is pytest's to import; tests receive these through fixtures
     from tests.e2e.conftest import DemoWorkspace, OreoServer
@@ -194,7 +203,7 @@ def test_comment_request_changes_revise_and_approve_revision_2(
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible()
     wait_idle(page)
-    dialog.get_by_role("button", name="Approve and merge").click()
+    confirm_approval(page)
     expect(alert(page, f"Merged {cr_id}")).to_be_visible(timeout=SLOW_MS)
     wait_idle(page)
 

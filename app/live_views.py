@@ -23,7 +23,7 @@ import streamlit as st
 from app.components import flash, oreo_errors
 from app.editing import MARK_COLUMN
 from app.formatting import EMPTY
-from core import early_conflicts, overlaps, presence, sessions
+from core import diff, early_conflicts, overlaps, presence, sessions
 from core.auth import User
 from core.catalog import Catalog
 from core.change_requests import ChangeRequest
@@ -36,6 +36,8 @@ logger = logging.getLogger("oreo.live")
 CPU_SAMPLES: list[float] = []
 _KEPT_SAMPLES = 10_000
 ALSO_KEY = "live_also_pending"
+# Rows of the shown page listed in full above the grid (the change column shows the start of each mark).
+ALSO_ROWS_SHOWN = 8
 
 
 def refresh_every() -> float | None:
@@ -235,6 +237,31 @@ def mark_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str
         said = f"also pending: {'; '.join(sorted(also))}" if also else ""
         marks.append(" · ".join(part for part in (mark, said) if part))
     frame[MARK_COLUMN] = marks
+    _list_overlaps(catalog, user, project_id, dataset_id, frame, by_row)
+
+
+def _list_overlaps(
+    catalog: Catalog, user: User, project_id: str, dataset_id: str, frame: pd.DataFrame, by_row: dict[str, list[str]]
+) -> None:
+    """Above the grid, in full, the rows of this page that others have changes pending on, named by their label.
+
+    The change column is narrow (the table's own columns keep the width), so a long mark is
+    cut there; this line says each one whole.
+    """
+    try:
+        labels = [c for c in diff.label_columns(catalog, project_id, dataset_id, actor=user) if c in frame.columns]
+    except OreoError:
+        labels = []
+    lines = []
+    for _, row in frame[frame["row_id"].astype(str).isin(by_row)].iterrows():
+        named = " · ".join(str(row[c]) for c in labels if not pd.isna(row[c])) or f"row {row['row_id']}"
+        lines.append(f"**{named}**: {'; '.join(sorted(by_row[str(row['row_id'])]))}")
+    more = f" (and {len(lines) - ALSO_ROWS_SHOWN} more row(s))" if len(lines) > ALSO_ROWS_SHOWN else ""
+    with st.container(key="table_also_pending_rows"):
+        st.caption(
+            f":material/group: Others have changes pending on {len(lines)} row(s) of this page, not shown to you "
+            f"until they submit: {' — '.join(lines[:ALSO_ROWS_SHOWN])}{more}."
+        )
 
 
 def tell_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str, ops: list[sessions.EditOp]) -> None:

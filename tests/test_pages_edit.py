@@ -103,6 +103,7 @@ def test_editor_sees_typed_columns_the_key_and_no_row_id(workspace: Catalog) -> 
     assert list(grid.columns[:4]) == [editing.MARK_COLUMN, editing.DELETE_COLUMN, "row_id", "order_id"]
     assert list(grid["order_id"].astype(str)) == [order(i)["order_id"] for i in range(50)]
     assert set(grid[editing.MARK_COLUMN]) == {""}
+    assert not [c for c in at.caption if "Others have changes pending" in c.value]  # no one else has any
     config = json.loads(editor.proto.columns)
     locked = {name for name, c in config.items() if c.get("disabled")}
     assert locked == {"order_id", editing.MARK_COLUMN}, config
@@ -482,6 +483,12 @@ def test_each_user_sees_only_their_own_session(workspace: Catalog) -> None:
     assert _row(at, "1000")["plan"] == "free"  # eve's draft value is hers
     # Only that she has a change pending on the cell is said (issue 29 §2).
     assert _row(at, "1000")[editing.MARK_COLUMN] == "also pending: plan · Eve (session)"
+    # The narrow change column cuts a long mark: above the grid it is said whole, the row named by its label.
+    listed = [c.value for c in at.caption if "Others have changes pending" in c.value]
+    assert listed == [
+        ":material/group: Others have changes pending on 1 row(s) of this page, not shown to you until they "
+        "submit: **1000 · free**: plan · Eve (session)."
+    ], listed
     assert "Pending changes (0)" in _expander_labels(at)
 
 

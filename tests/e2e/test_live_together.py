@@ -140,6 +140,10 @@ def test_two_editors_and_an_approver_live_together(
     b.reload()  # B's grid marks what others have pending when it is drawn (the link keeps the sort)
     settle(b, b.get_by_test_id("stCaptionContainer").filter(has_text="Rows "), "sorted by customer_id")
     expect(marker(b, 0)).to_have_text("also pending: first_name · Editor (session)")
+    listed = b.locator(".st-key-table_also_pending_rows")  # the narrow change column cuts it; said whole above
+    expect(listed).to_contain_text("Others have changes pending on 1 row(s) of this page")
+    expect(listed).to_contain_text("first_name · Editor (session)")
+    shoot(b, shots, "live-also-pending-rows", listed)
     expect(cell(editor(b), 0, "first_name")).to_have_text(old_name)  # A's draft value is not shown
     type_over(b, 0, "first_name", "Bravo")
     told = b.locator(".st-key-table_also_pending")

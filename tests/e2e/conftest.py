@@ -131,8 +131,11 @@ def _stop(server: OreoServer) -> None:
 # names what the page said and what the server logged, not only the locator that timed out.
 _LIVE_SERVERS: list[OreoServer] = []
 _OPEN_PAGES: list[Page] = []
+# What each open page's browser said: uncaught errors, console errors and warnings, a crash.
+_BROWSER_SAID: dict[int, list[str]] = {}
 REPORT_PAGE_CHARS = 4000
 REPORT_LOG_LINES = 60
+REPORT_BROWSER_LINES = 30
 
 
 @pytest.hookimpl(wrapper=True)
@@ -140,10 +143,26 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report: pytest.TestReport = yield
     if report.failed and call.when == "call":
         for number, page in enumerate(_OPEN_PAGES, start=1):
-            report.sections.append((f"page {number} ({page.url})", _page_text(page)))
+            said = _BROWSER_SAID.get(id(page), [])[-REPORT_BROWSER_LINES:]
+            browser = "\n".join(["", "-- the browser said:", *said]) if said else ""
+            report.sections.append((f"page {number} ({page.url})", _page_text(page) + browser))
         for server in _LIVE_SERVERS:
             report.sections.append((f"server {server.url} log", log_tail(server.log, REPORT_LOG_LINES)))
     return report
+
+
+def _listen(page: Page) -> None:
+    """Keep what ``page``'s browser reports (uncaught errors, console errors and warnings, a crash) for a failure."""
+    said = _BROWSER_SAID.setdefault(id(page), [])
+    stamp = time.strftime  # when, to line up with the server's log
+    page.on("pageerror", lambda error: said.append(f"{stamp('%H:%M:%S')} uncaught: {error}"))
+    page.on(
+        "console",
+        lambda message: said.append(f"{stamp('%H:%M:%S')} console.{message.type}: {message.text[:500]}")
+        if message.type in ("error", "warning")
+        else None,
+    )
+    page.on("crash", lambda _page: said.append(f"{stamp('%H:%M:%S')} the page crashed"))
 
 
 def _page_text(page: Page) -> str:
@@ -152,6 +171,12 @@ def _page_text(page: Page) -> str:
         text = str(page.evaluate("document.body.innerText"))
     except Exception as exc:  # a closed or hung page: the report says so instead of failing again
         return f"(the page did not answer: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    if not text.strip():  # a blank page: what its body holds says why
+        try:
+            html = str(page.evaluate("document.body.innerHTML"))
+        except Exception as exc:  # as above
+            return f"(no text, and the page did not give its HTML: {type(exc).__name__})"
+        return f"(no text; the body's HTML, {len(html)} characters, begins)\n{html[:REPORT_PAGE_CHARS]}"
     return text if len(text) <= REPORT_PAGE_CHARS else "…" + text[-REPORT_PAGE_CHARS:]
 
 
@@ -291,12 +316,14 @@ def new_page(browser: Browser) -> Iterator[Callable[[str], Page]]:
         context.add_init_script(RUN_WATCH)
         page = context.new_page()
         _OPEN_PAGES.append(page)
+        _listen(page)
         page.goto("/")
         wait_idle(page)
         return page
 
     yield open_page
     _OPEN_PAGES.clear()
+    _BROWSER_SAID.clear()
     for context in contexts:
         context.close()
 

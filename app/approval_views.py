@@ -174,7 +174,6 @@ def approval_outcome(job: Approval) -> None:
         st.error(outcome_message(job), icon=":material/error:")
 
 
-@st.fragment(run_every=POLL_S)
 def _merging(cr_id: str) -> None:
     job = background.approval(cr_id)
     if job is None or not job.running:
@@ -183,15 +182,16 @@ def _merging(cr_id: str) -> None:
     approval_status(job)
 
 
-def approval_note(cr_id: str, state: ApprovalState, *, author: bool = False) -> None:
+def approval_note(cr_id: str, state: ApprovalState, *, author: bool = False, paused: bool = False) -> None:
     """Where the request's approval stands: merging here (polled until it ends), interrupted, or nothing.
 
     ``author``: the reader wrote the request, so an approver, not they, approves it again.
+    ``paused``: a dialog of the page is open; a running approval is shown once, not polled (``dialogs_open``).
     """
     job = background.approval(cr_id)
     if job is not None and job.running:
         with st.container(key=f"merging_{cr_id}"):
-            _merging(cr_id)
+            st.fragment(_merging, run_every=None if paused else POLL_S)(cr_id)
         return
     interrupted_approval_note(state, author=author)
 

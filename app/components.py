@@ -338,6 +338,19 @@ def close_dialog(name: str) -> None:
     st.session_state.pop(f"oreo_dialog_{name}", None)
 
 
+def dialogs_open(*names: str) -> bool:
+    """Whether one of the page's dialogs ``names`` is open: its timed fragments then pause (``paused``).
+
+    A fragment that reruns on a timer (``st.fragment(run_every=...)``) while a dialog ends
+    with ``st.rerun()`` can make the browser drop elements of the page's next run (Streamlit
+    1.67: the approver's "Merged" message went missing, seen in one approval in about ten
+    under load, and reproduced with a bare dialog and a 0.5-s fragment). Open dialogs are
+    set in a button's ``on_click`` (``open_dialog``), so the run that draws a dialog already
+    draws the page's timed fragments without their timer; they resume once it closes.
+    """
+    return any(dialog_value(name) is not None for name in names)
+
+
 STATUS_BADGES = {
     "passed": ":green-badge[:material/check_circle: passed]",
     "warning": ":orange-badge[:material/warning: warning]",

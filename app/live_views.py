@@ -77,13 +77,18 @@ def _also_here(beat: presence.Beat, key: str) -> None:
 
 
 def table_live(
-    catalog: Catalog, user: User, project_id: str, dataset_id: str, *, shown_version: int, session_id: str | None
-) -> None:
-    """The Table page's live strip: who else is here, and a notice when a new version of main lands."""
+    catalog: Catalog, user: User, project_id: str, dataset_id: str, *, shown_version: int, session_id: str | None,
+    paused: bool = False,
+) -> None:  # fmt: skip
+    """The Table page's live strip: who else is here, and a notice when a new version of main lands.
+
+    ``paused``: a dialog of the page is open; the strip is drawn once, without its timer (``dialogs_open``).
+    """
     every = refresh_every()
     if every is None:
         return
-    st.fragment(_table_strip, run_every=every)(catalog, user, project_id, dataset_id, shown_version, session_id, every)
+    timer = None if paused else every
+    st.fragment(_table_strip, run_every=timer)(catalog, user, project_id, dataset_id, shown_version, session_id, every)
 
 
 def _table_strip(
@@ -279,14 +284,17 @@ def tell_overlaps(catalog: Catalog, user: User, project_id: str, dataset_id: str
 # ---------------------------------------------------------------- the Review page
 
 
-def review_live(catalog: Catalog, user: User, cr: ChangeRequest) -> None:
-    """The Review page's live strip: who else is reviewing, and a notice when someone else moves the request."""
+def review_live(catalog: Catalog, user: User, cr: ChangeRequest, *, paused: bool = False) -> None:
+    """The Review page's live strip: who else is reviewing, and a notice when someone else moves the request.
+
+    ``paused``: a dialog of the page is open; the strip is drawn once, without its timer (``dialogs_open``).
+    """
     every = refresh_every()
     if every is None:
         return
     run = st.session_state["live_review_run"] = st.session_state.get("live_review_run", 0) + 1
     page = presence.PageRef("review", cr.project_id, cr.id)
-    st.fragment(_review_strip, run_every=every)(catalog, user, page, run, every)
+    st.fragment(_review_strip, run_every=None if paused else every)(catalog, user, page, run, every)
 
 
 def _review_strip(catalog: Catalog, user: User, page: presence.PageRef, run: int, every: float) -> None:

@@ -19,6 +19,7 @@ from app.components import (
     catalog,
     close_dialog,
     dialog_value,
+    dialogs_open,
     flash,
     local_time,
     open_dialog,
@@ -173,8 +174,13 @@ with oreo_errors():
                     revised = revise_change_request(catalog(), cr.id, actor=user)
                     flash(f"Submitted revision {revised.revision} of `{cr.id}` ({cr.title}).", kind="info")
                     st.rerun()
-            if actions.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
-                open_dialog("withdraw", cr.id)
+            actions.button(
+                "Withdraw",
+                key=f"withdraw_{cr.id}",
+                icon=":material/undo:",
+                on_click=open_dialog,
+                args=("withdraw", cr.id),
+            )
 
     open_ones = [cr for cr in shown if cr.state == CRState.OPEN]
     if open_ones:
@@ -192,7 +198,8 @@ with oreo_errors():
                 text.caption(cr.description)
             with text:
                 stage_timings(cr)
-                approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user), author=True)
+                state = merge.approval_state(catalog(), cr.id, actor=user)
+                approval_note(cr.id, state, author=True, paused=dialogs_open("withdraw"))
             if current > cr.base_version:
                 text.caption(
                     f"Based on version {cr.base_version}; the table is now at version {current}. "
@@ -203,8 +210,13 @@ with oreo_errors():
                         fresh = resubmit_change_request(catalog(), cr.id, actor=user)
                     flash(f"Re-submitted `{cr.id}` as `{fresh.id}` on version {fresh.base_version}.", kind="info")
                     st.rerun()
-            if actions.button("Withdraw", key=f"withdraw_{cr.id}", icon=":material/undo:"):
-                open_dialog("withdraw", cr.id)
+            actions.button(
+                "Withdraw",
+                key=f"withdraw_{cr.id}",
+                icon=":material/undo:",
+                on_click=open_dialog,
+                args=("withdraw", cr.id),
+            )
 
     chosen = dialog_value("withdraw")
     if chosen:

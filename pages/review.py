@@ -309,12 +309,14 @@ with oreo_errors():
         f"{cr.created_at:%Y-%m-%d %H:%M} UTC · from version {cr.base_version} · "
         f"{cr.rows} row(s), {cr.cells} cell(s) · revision {cr.revision}"
     )
-    live_views.review_live(catalog(), user, cr)  # who else reviews it, and news of it while it is open
+    # The page's timed fragments pause while one of its dialogs is open (``dialogs_open``).
+    deciding = any(reviewed(name, cr) for name in ("approve", "reject", "request_changes"))
+    live_views.review_live(catalog(), user, cr, paused=deciding)  # who else reviews it, and news of it
     replace_banner(view.imported, key="review_replace_banner")
     stage_timings(cr)
     if cr.description:
         st.markdown(cr.description)
-    approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user))
+    approval_note(cr.id, merge.approval_state(catalog(), cr.id, actor=user), paused=deciding)
 
     run, conflicts, thread = view.validation, view.conflicts, view.thread
     if cr.state == CRState.CHANGES_REQUESTED:

@@ -23,6 +23,7 @@ from app.components import (
     close_dialog,
     dataset_options,
     dialog_value,
+    dialogs_open,
     flash,
     open_dialog,
     oreo_errors,
@@ -320,7 +321,7 @@ with oreo_errors():
     )
     live_views.table_live(
         catalog(), user, project_id, dataset_id, shown_version=int(info.version or 0),
-        session_id=session.session_id if session else None,
+        session_id=session.session_id if session else None, paused=dialogs_open("submit", "discard"),
     )  # fmt: skip
     if page.total == 0 and conditions:
         culprit = reads.first_emptying_condition(Path(info.path), conditions, version=info.version)
@@ -366,22 +367,22 @@ with oreo_errors():
     pending, bulks = bulk.pending_view(layout, session.session_id) if session else ([], [])
     pending_count = len(pending) + len(bulks)
     with st.container(key="table_actions", horizontal=True, vertical_alignment="center"):
-        if st.button(
+        st.button(
             "Submit change request", key="table_submit", type="primary", icon=":material/send:",
-            disabled=not pending_count,
-        ):  # fmt: skip
-            open_dialog("submit")
+            disabled=not pending_count, on_click=open_dialog, args=("submit",),  # before the run: dialogs_open
+        )  # fmt: skip
         # The session of a request awaiting its revision holds that request's edits: core refuses to discard it.
         revising = session is not None and session.state == sessions.REVISING
-        if st.button(
+        st.button(
             "Discard session",
             key="table_discard",
             icon=":material/delete:",
             disabled=not pending_count or revising,
             help=f"These edits are change request {session.cr_id}'s revision; withdraw the request on My requests "
             "to drop them." if revising and session is not None else None,
-        ):
-            open_dialog("discard")
+            on_click=open_dialog,
+            args=("discard",),
+        )
         st.caption(
             (f"Your editing session (from version {session.base_version})" if session else
              "No edits yet")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import streamlit as st
 from streamlit.testing.v1 import AppTest
 
 from core import auth, datasets, projects, sessions
@@ -165,3 +166,17 @@ def seed_requests(folder: Path) -> dict[str, str]:
         reset_catalogs()
     get_settings.cache_clear()
     return ids
+
+
+def record_timers(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, float | None]]:
+    """From now on, each ``st.fragment(func, run_every=...)`` the pages make, as (function name, run_every)."""
+    made: list[tuple[str, float | None]] = []
+    real = st.fragment
+
+    def fragment(func: Any = None, *, run_every: Any = None) -> Any:
+        if func is not None:
+            made.append((getattr(func, "__name__", ""), run_every))
+        return real(func, run_every=run_every)
+
+    monkeypatch.setattr(st, "fragment", fragment)
+    return made

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app import editing, filter_bar
+from app import editing, filter_bar, live_views
 from app.components import status_badge
 from app.formatting import display_value
 from core import auth, change_requests, datasets, merge, sessions
@@ -32,6 +32,7 @@ from tests.page_support import (
     has_text,
     order,
     pending,
+    record_timers,
     seed_requests,
     seed_workspace,
     signed_in,
@@ -395,6 +396,29 @@ def test_bad_url_parts_are_ignored_with_a_warning(workspace: Catalog) -> None:
     assert "not a filter: 'garbage'" in warnings
     assert at.button(key="table_filter_remove_0").label == "plan = pro"
     assert any(f"of **{ROWS // 4}**" in c for c in texts(at.caption)), texts(at.caption)
+
+
+def test_the_live_strip_pauses_its_timer_while_the_submit_dialog_is_open(
+    workspace: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on the Review page (test_pages_review): no timed fragment rerun under a dialog that ends with a rerun.
+    edit(workspace, "erin", SetCell("1000", "plan", "pro"))
+    every = live_views.refresh_every()
+    assert every is not None
+    timers = record_timers(monkeypatch)
+    at = signed_in("erin", TABLE_PAGE)
+    assert ("_table_strip", every) in timers
+
+    for opens, closes in (("table_submit", "submit_cancel"), ("table_discard", "discard_cancel")):
+        timers.clear()
+        at.button(key=opens).click().run(timeout=120)
+        assert closes in button_keys(at), button_keys(at)
+        assert [t for t in timers if t[0] == "_table_strip"] == [("_table_strip", None)], timers
+        timers.clear()
+        at.button(key=closes).click().run(timeout=120)
+        assert closes not in button_keys(at)
+        assert ("_table_strip", every) in timers, timers
+    assert not at.exception
 
 
 def test_submit_dialog_creates_a_change_request(workspace: Catalog) -> None:

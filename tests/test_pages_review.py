@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app import live_views
 from core import change_requests, datasets, imports, merge
 from core.catalog import Catalog
 from core.change_requests import CRState
@@ -20,6 +21,7 @@ from tests.page_support import (
     button_keys,
     copy_workspace,
     has_text,
+    record_timers,
     seed_requests,
     signed_in,
     texts,
@@ -219,6 +221,29 @@ def test_approve_merges_after_confirmation(workspace: Catalog, ids: dict[str, st
     assert rows.iloc[0]["plan"] == "platinum"
     assert ids["warn"] not in _queue(at)
     assert "approve_confirm" not in button_keys(at)
+
+
+def test_the_live_strip_pauses_its_timer_while_a_decision_dialog_is_open(
+    workspace: Catalog, ids: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A timed fragment rerun as a dialog ends with a rerun can make the browser drop the next run's
+    # elements (the "Merged" message, in about one approval in ten under load): no timer under a dialog.
+    every = live_views.refresh_every()
+    assert every is not None
+    timers = record_timers(monkeypatch)
+    at = _review("abe", ids["warn"])
+    assert ("_review_strip", every) in timers
+
+    for opens, closes in (("review_approve", "approve_cancel"), ("review_reject", "reject_cancel")):
+        timers.clear()
+        at.button(key=opens).click().run(timeout=120)
+        assert closes in button_keys(at)
+        assert [t for t in timers if t[0] == "_review_strip"] == [("_review_strip", None)], timers
+        timers.clear()
+        at.button(key=closes).click().run(timeout=120)
+        assert closes not in button_keys(at)
+        assert ("_review_strip", every) in timers, timers  # resumed once it closed
+    assert not at.exception
 
 
 def test_reject_needs_a_reason(workspace: Catalog, ids: dict[str, str]) -> None:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
+from typing import Any
 
 from core.config import get_settings
 from core.storage import ObjectPath
@@ -97,6 +99,18 @@ class _LazyFileHandler(RotatingFileHandler):
         pass
 
 
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning as a ``py.warnings`` log record (what ``logging.captureWarnings`` writes)."""
+    logging.getLogger("py.warnings").warning("%s", warnings.formatwarning(message, category, filename, lineno, line))
+
+
 @contextmanager
 def library_logging_to_file(path: Path | None = None) -> Iterator[Path]:
     """Route Python logging and warnings to ``path`` (default ``oreo.log``) while the block runs.
@@ -113,11 +127,15 @@ def library_logging_to_file(path: Path | None = None) -> Iterator[Path]:
     handler.setFormatter(logging.Formatter(_FORMAT))
     root = logging.getLogger()
     root.addHandler(handler)
-    logging.captureWarnings(True)
+    # Not logging.captureWarnings: it keeps its own global of what it replaced and does
+    # nothing when that is already set, so a block that another thread or test left
+    # open would let this one's warnings through; this block puts back exactly what it found.
+    shown = warnings.showwarning
+    warnings.showwarning = _log_warning
     try:
         yield path
     finally:
-        logging.captureWarnings(False)
+        warnings.showwarning = shown
         root.removeHandler(handler)
         with suppress(OSError):  # a full disk must not turn a clean error into a traceback
             handler.close()

@@ -173,9 +173,8 @@ def select_cell(page: Page, row: int, name: str) -> None:
             # Where the grid is now: a warning shown above it since the last look moves it down.
             box = grid.locator("canvas").first.bounding_box()
             assert box is not None
-            if attempt:
-                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
-                page.mouse.wheel(-5000, 0)
+            if attempt:  # as dragging its scrollbar does (a sideways wheel can be Chromium's "back" gesture)
+                grid.locator(".dvn-scroller").first.evaluate("scroller => { scroller.scrollLeft = 0; }")
             page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
             expect(selected).to_have_attribute("aria-colindex", "1", timeout=10_000)
             for _ in range(target - 1):

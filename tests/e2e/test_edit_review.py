@@ -161,9 +161,9 @@ def marker(page: Page, row: int) -> Locator:
 def select_cell(page: Page, row: int, name: str) -> None:
     """Select a cell of the editor with the mouse on its first column, then the arrow keys.
 
-    A click or a key the grid missed while a rerun redrew it is tried again, as a person would,
-    after scrolling the grid back to its left edge (a grid scrolled sideways may not take a
-    click on its first column: seen once after a test scrolled it to a far column).
+    A click or a key the grid missed while a rerun redrew it is tried again, as a person would.
+    A row scrolled off screen (a taller page above the grid, as with the line on others'
+    pending rows) is scrolled into view first.
     """
     grid = editor(page)
     target = column_index(grid, name)
@@ -173,9 +173,14 @@ def select_cell(page: Page, row: int, name: str) -> None:
             # Where the grid is now: a warning shown above it since the last look moves it down.
             box = grid.locator("canvas").first.bounding_box()
             assert box is not None
-            if attempt:  # as dragging its scrollbar does (a sideways wheel can be Chromium's "back" gesture)
-                grid.locator(".dvn-scroller").first.evaluate("scroller => { scroller.scrollLeft = 0; }")
-            page.mouse.click(box["x"] + 30, box["y"] + ROW_PX * (row + 1) + ROW_PX / 2)
+            y = box["y"] + ROW_PX * (row + 1) + ROW_PX / 2
+            height = (page.viewport_size or {"height": 0})["height"]
+            if not ROW_PX <= y <= height - ROW_PX:  # the row is off screen: scroll to it first, as a person does
+                grid.evaluate("grid => grid.scrollIntoView({block: 'start'})")
+                box = grid.locator("canvas").first.bounding_box()
+                assert box is not None
+                y = box["y"] + ROW_PX * (row + 1) + ROW_PX / 2
+            page.mouse.click(box["x"] + 30, y)
             expect(selected).to_have_attribute("aria-colindex", "1", timeout=10_000)
             for _ in range(target - 1):
                 page.keyboard.press("ArrowRight")

@@ -39,6 +39,7 @@ from core.auth import Role, User, require_role
 from core.catalog import Catalog, ChangeRequestRow, CommentRow, CRRevisionRow, utcnow
 from core.change_requests import (
     CHANGED_COLUMN,
+    MERGE_ACTION,
     OP_COLUMN,
     ChangeRequest,
     ChangeRequestRevised,
@@ -363,6 +364,10 @@ def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflic
     if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
         return []
     conflicts = conflicts_since(layout.main, staging, record.base_version)
+    if conflicts and engine.find_commit(layout.main, record.base_version, cr_id=cr_id, action=MERGE_ACTION):
+        # Its own MERGE landed and the catalog is about to say so (or an approval again finishes
+        # it): the cells main changed under it are its own, not conflicts, and no one is told "stale".
+        return []
     if conflicts:
         events.publish(
             events.WentStale(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core import change_requests, engine, merge, notify, writer
+from core import change_requests, engine, events, merge, notify, writer
 from core.catalog import Catalog, DatasetRow, open_catalog, reset_catalogs
 from core.change_requests import CRState
 from core.datasets import get_dataset
@@ -179,7 +179,9 @@ def test_killed_approval_leaves_main_before_or_after_and_a_retry_lands_once(
     assert not ms.layout().session_dir(cr.session_id or "").exists()
 
 
-def test_a_commit_that_landed_without_its_bookkeeping_is_finished_not_repeated(catalog: Catalog) -> None:
+def test_a_commit_that_landed_without_its_bookkeeping_is_finished_not_repeated(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A crash after the commit, before the catalog update, simulated by merging directly."""
     cr = ms.submit(catalog, "ed", OPS)
     al = ms.user(catalog, "al")
@@ -195,6 +197,13 @@ def test_a_commit_that_landed_without_its_bookkeeping_is_finished_not_repeated(c
     )
     assert ms.log_versions() == 1
     assert get_dataset(catalog, ms.PROJECT, ms.DATASET, actor=al).version == 0
+    # Main moved under the still-open request only by its own MERGE: no conflict, and no one is told
+    # it went stale (the background sweep once told its author so mid-approval, before it was marked merged).
+    told: list[object] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(events, "publish", told.append)
+        assert merge.find_conflicts(catalog, cr.id, actor=al) == []
+    assert told == []
 
     merged = merge.approve_change_request(catalog, cr.id, actor=al)
 

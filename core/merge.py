@@ -81,6 +81,7 @@ from core.change_requests import merging_now as merging_now
 from core.conflicts import Conflict as Conflict
 from core.conflicts import conflicts_since as conflicts_since
 from core.conflicts import find_conflicts as find_conflicts
+from core.conflicts import staged_rows_moved
 from core.datasets import DatasetInfo, get_dataset, layout_for, sync_dataset
 from core.errors import (
     CatalogUnavailable,
@@ -134,7 +135,8 @@ _STALE_CHECKED: dict[str, int] = {}
 def sweep_stale(catalog: Catalog) -> int:
     """Check every open request whose table moved past its base version for conflicts; tell
     the author of each that now conflicts (``events.WentStale``, told once per newest conflicting
-    version). A request is checked again only when its table moves again.
+    version). A request is checked again only when its table moves again, and only in full when
+    the commits since its last check changed one of its staged rows (``staged_rows_moved``).
 
     Returns:
         How many requests were checked.
@@ -154,9 +156,13 @@ def sweep_stale(catalog: Catalog) -> int:
         )
     checked = 0
     for cr_id, version in moved:
-        if version is None or _STALE_CHECKED.get(cr_id) == version:
+        last = _STALE_CHECKED.get(cr_id)
+        if version is None or last == version:
             continue
         try:
+            if last is not None and not staged_rows_moved(catalog, cr_id, last, int(version), actor=SYSTEM):
+                _STALE_CHECKED[cr_id] = int(version)  # no staged row changed since: its conflicts are as they were
+                continue
             find_conflicts(catalog, cr_id, actor=SYSTEM)
         except OreoError:
             log.warning("checking change request %s for conflicts failed", cr_id, exc_info=True)
@@ -382,9 +388,7 @@ def merge_staged(
         if schema is not None:
             view = f"oreo_staged_{uuid.uuid4().hex}"
             spark.createDataFrame(staged.rows, schema=schema).createOrReplaceTempView(view)
-        sql = _merge_sql(
-            main, staging, columns, existing, staged.ops, widen=widen, row_ids=staged.row_ids, source=view
-        )
+        sql = _merge_sql(main, staging, columns, existing, staged.ops, widen=widen, row_ids=staged.row_ids, source=view)
         try:
             spark.sql(sql).collect()
         finally:

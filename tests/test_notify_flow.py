@@ -144,3 +144,22 @@ def test_the_sweep_tells_the_author_even_when_no_one_looks_at_the_request(catalo
     notices = [i for i in notify.inbox(catalog, get_user(catalog, "ed")) if i.event == "stale"]
     assert [(n.cr_id, f"(version {merged.merged_version})" in n.summary) for n in notices] == [(stale.id, True)]
     assert untouched.id not in {n.cr_id for n in notices}  # behind main, but no conflict
+
+    # Main moves again. Only a commit that changed a row a request stages makes the sweep find
+    # that request's conflicts again (finding them reads every staged row: seconds for a big one).
+    _rival_merge(catalog, "1", "Uno")
+    assert merge.sweep_stale(catalog) == 0  # rows 4 and 5 are as they were: nothing is checked again
+    _rival_merge(catalog, "5", "Fünf")
+    assert merge.sweep_stale(catalog) == 1  # row 5 changed: only the request that stages it is checked again
+    notices = [i for i in notify.inbox(catalog, get_user(catalog, "ed")) if i.event == "stale"]
+    assert sorted(n.cr_id for n in notices) == sorted([stale.id, untouched.id])
+    assert merge.sweep_stale(catalog) == 0
+
+
+def _rival_merge(catalog: Catalog, row: str, name: str) -> None:
+    """ada changes ``row``'s name and al merges it: a new version of main."""
+    rival = get_user(catalog, "ada")
+    session = sessions.open_session(catalog, "demo", "people", actor=rival)
+    sessions.apply_edits(catalog, session.session_id, [SetCell(row, "name", name)], actor=rival)
+    request = crs.submit_change_request(catalog, session.session_id, actor=rival, title=f"Rename {row}")
+    merge.approve_change_request(catalog, request.id, actor=get_user(catalog, "al"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -116,3 +117,18 @@ def test_the_background_start_warms_up_after_ready_and_a_failure_is_logged(tmp_p
     assert status["error"] is None, done
     assert any("the warm-up broke after its MERGE" in line for line in done["logged"]), done  # type: ignore[union-attr]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_server_warm_up_freezes_the_heap_it_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(warmup, "warm_up", lambda: calls.append("warm_up"))
+    monkeypatch.setattr(warmup, "warm_tables", lambda catalog: calls.append("warm_tables") or [])
+    monkeypatch.setattr(warmup, "open_catalog", lambda: None)
+    gc.unfreeze()
+    try:
+        warmup.warm_server()
+        assert calls == ["warm_up", "warm_tables"]
+        # What was alive then is out of the collector's full passes; what comes later is not.
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()

@@ -276,7 +276,7 @@ def _attributed(main: Location, found: list[tuple[Conflict, int]], now: int) -> 
     if not found:
         return []
     oldest = min(b for _, b in found)
-    keys = _state_keys(main, found, now)
+    keys = _state_keys(main, found, [now])
     view = f"oreo_conflicts_{uuid.uuid4().hex}"
     cells = pa.table(
         {
@@ -292,6 +292,7 @@ def _attributed(main: Location, found: list[tuple[Conflict, int]], now: int) -> 
         version = now - 1
         while len(placed) < len(found) and version >= oldest:
             batch = list(range(version, max(oldest, version - _WALK_BATCH + 1) - 1, -1))
+            _more_keys(keys, main, batch)
             for i, newest in _newest_differing(main, view, keys, now, batch):
                 placed.setdefault(int(i), int(newest) + 1)
             version = batch[-1] - 1
@@ -304,13 +305,22 @@ def _attributed(main: Location, found: list[tuple[Conflict, int]], now: int) -> 
     ]
 
 
-def _state_keys(main: Location, found: list[tuple[Conflict, int]], now: int) -> dict[str, str]:
-    """A short JSON key (``c0``, ``c1``...) for every column of ``main`` at the versions walked, in one order."""
-    names: list[str] = []
-    for v in range(min(b for _, b in found), now + 1):
-        names += [c.name for c in reads.table_schema(main, v) if c.name != "row_id" and c.name not in names]
-    names += [c.column for c, _ in found if c.column is not None and c.column not in names]
-    return {name: f"c{n}" for n, name in enumerate(names)}
+def _state_keys(main: Location, found: list[tuple[Conflict, int]], versions: list[int]) -> dict[str, str]:
+    """A short JSON key (``c0``, ``c1``...) for every column of ``main`` at ``versions`` and of the conflicts."""
+    keys: dict[str, str] = {}
+    _more_keys(keys, main, versions)
+    for c, _ in found:
+        if c.column is not None and c.column not in keys:
+            keys[c.column] = f"c{len(keys)}"
+    return keys
+
+
+def _more_keys(keys: dict[str, str], main: Location, versions: list[int]) -> None:
+    """Give the columns ``main`` has at ``versions`` and ``keys`` lacks the next keys (a column keeps its key)."""
+    for v in versions:
+        for column in reads.table_schema(main, v):
+            if column.name != "row_id" and column.name not in keys:
+                keys[column.name] = f"c{len(keys)}"
 
 
 def _row_states(main: Location, version: int, keys: dict[str, str], view: str) -> tuple[str, list[Any]]:

@@ -158,6 +158,23 @@ def _texts(alias: str, columns: list[str]) -> str:
     return "[" + ", ".join(f"CAST({alias}.{q(c)} AS VARCHAR)" for c in columns) + "]::VARCHAR[]"
 
 
+def _staged_filter(staging: Location, ids: list[str]) -> tuple[str, list[str]]:
+    """A DuckDB ``WHERE`` condition on ``row_id`` for the staged ``ids``, and its parameters (see ``_LISTED_IDS``)."""
+    if len(ids) <= _LISTED_IDS:
+        return f"row_id IN ({', '.join('?' * len(ids))})", list(ids)
+    return "row_id IN (SELECT row_id FROM delta_scan(?))", [str(staging)]
+
+
+def _open_staging(catalog: Catalog, cr_id: str, *, actor: User) -> tuple[ChangeRequest, DatasetLayout, Location] | None:
+    """The request ``cr_id``, its dataset's layout and its staging table; ``None`` if closed or not staged."""
+    record = get_change_request(catalog, cr_id, actor=actor)
+    layout = layout_for(record.project_id, record.dataset_id)
+    staging = staging_path(layout, record)
+    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+        return None
+    return record, layout, staging
+
+
 def _compare(
     main: Location, staging: Location, base: int, now: int, columns: list[str], present: dict[int, set[str]],
     ids: list[str] | None,
@@ -167,10 +184,7 @@ def _compare(
     staged_ids = ids if ids is not None else _staged_ids(staging)
     if not staged_ids:
         return {}
-    if len(staged_ids) <= _LISTED_IDS:
-        where, id_params = f"row_id IN ({', '.join('?' * len(staged_ids))})", list(staged_ids)
-    else:
-        where, id_params = "row_id IN (SELECT row_id FROM delta_scan(?))", [str(staging)]
+    where, id_params = _staged_filter(staging, staged_ids)
     staged = set(staged_columns(staging))
     differs = " OR ".join(f"CAST(b.{q(c)} AS VARCHAR) IS DISTINCT FROM CAST(n.{q(c)} AS VARCHAR)" for c in columns)
     sql = f"""
@@ -418,18 +432,14 @@ def staged_rows_moved(catalog: Catalog, cr_id: str, since: int, now: int, *, act
     Raises:
         EngineError: DuckDB could not read the tables.
     """
-    record = get_change_request(catalog, cr_id, actor=actor)
-    layout = layout_for(record.project_id, record.dataset_id)
-    staging = staging_path(layout, record)
-    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+    opened = _open_staging(catalog, cr_id, actor=actor)
+    if opened is None:
         return False
+    _, layout, staging = opened
     ids = _staged_ids(staging)
     if not ids:
         return False
-    if len(ids) <= _LISTED_IDS:
-        where, id_params = f"row_id IN ({', '.join('?' * len(ids))})", list(ids)
-    else:
-        where, id_params = "row_id IN (SELECT row_id FROM delta_scan(?))", [str(staging)]
+    where, id_params = _staged_filter(staging, ids)
 
     def rows(version: int) -> str:
         names = sorted(c.name for c in reads.table_schema(layout.main, version) if c.name != "row_id")
@@ -452,11 +462,10 @@ def staged_rows_moved(catalog: Catalog, cr_id: str, since: int, now: int, *, act
 
 def find_conflicts(catalog: Catalog, cr_id: str, *, actor: User) -> list[Conflict]:
     """Conflicts of an open change request with ``main`` as it is now (empty if closed)."""
-    record = get_change_request(catalog, cr_id, actor=actor)
-    layout = layout_for(record.project_id, record.dataset_id)
-    staging = staging_path(layout, record)
-    if record.state != CRState.OPEN or not (staging / "_delta_log").is_dir():
+    opened = _open_staging(catalog, cr_id, actor=actor)
+    if opened is None:
         return []
+    record, layout, staging = opened
     conflicts = conflicts_since(layout.main, staging, record.base_version)
     if conflicts and engine.find_commit(layout.main, record.base_version, cr_id=cr_id, action=MERGE_ACTION):
         # Its own MERGE landed and the catalog is about to say so (or an approval again finishes

@@ -25,6 +25,9 @@ os.environ.setdefault(jvm_options.SUBMIT_OPTS, jvm_options.QUICK_JIT)  # spark-s
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options.QUICK_JIT)  # the standalone master and workers
 # This process's Spark, whichever test starts it (a browser test's set-up runs the CLI here).
 os.environ.setdefault("OREO_SPARK_SHUFFLE_PARTITIONS", "2")
+# One warm-up MERGE per engine start, not the product's 3: the suite's servers share warm JVMs
+# or are short-lived, and tests/test_warmup.py sets its own number.
+os.environ.setdefault("OREO_WARM_UP_ROUNDS", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

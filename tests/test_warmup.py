@@ -13,6 +13,7 @@ import pytest
 from core import engine, merge, warmup
 from core.auth import SYSTEM
 from core.catalog import Catalog, ChangeRequestRow
+from core.config import get_settings
 from core.datasets import create_dataset, layout_for, list_datasets
 from core.projects import create_project
 from core.storage import remove_tree
@@ -22,7 +23,9 @@ from tests.test_warm_engine import run_python
 def test_the_warm_up_merges_into_a_scratch_table_then_deletes_it(
     spark: Any, data_root: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One real Delta MERGE (a MERGE commit) under <data root>/tmp, and no folder or dataset after."""
+    """``OREO_WARM_UP_ROUNDS`` real Delta MERGEs into one scratch table under <data root>/tmp, gone after."""
+    monkeypatch.setenv("OREO_WARM_UP_ROUNDS", "2")
+    get_settings.cache_clear()
     merged: list[tuple[Path, str]] = []
     real = merge.merge_staged
 
@@ -33,9 +36,10 @@ def test_the_warm_up_merges_into_a_scratch_table_then_deletes_it(
     monkeypatch.setattr(merge, "merge_staged", spy)
     warmup.warm_up()
 
-    assert len(merged) == 1, merged
-    main, operation = merged[0]
-    assert operation == "MERGE"
+    assert len(merged) == 2, merged
+    (main, operation), (again, operation_again) = merged
+    assert operation == operation_again == "MERGE"
+    assert again == main  # the rounds merge into one scratch table
     assert (data_root / "tmp") in main.parents
     assert not main.exists()
     assert list((data_root / "tmp").iterdir()) == []

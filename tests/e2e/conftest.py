@@ -83,6 +83,7 @@ def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
         DELTA_DATA_ROOT=str(data_root),
         OREO_DATABASE_URL=database_url,
         OREO_DEMO_ROWS=str(DEMO_ROWS),
+        OREO_WARM_UP_ROUNDS="1",  # the servers share one warm Connect server (SharedSpark)
         PYTHONDONTWRITEBYTECODE="1",
     )
     return env

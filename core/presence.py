@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from core.auth import Role, User, role_within
@@ -144,6 +144,29 @@ def _role(s: Session, page: PageRef, actor: User) -> Role:
     return role
 
 
+# A beat's statements, built once: building them anew (the expressions, their cache keys)
+# was most of a beat's CPU. Their parameters are bound at each execution.
+_SWEEP = delete(PresenceRow).where(PresenceRow.seen_at < bindparam("b_before"))
+_TOUCH = (
+    update(PresenceRow)
+    .where(PresenceRow.page == bindparam("b_page"), PresenceRow.username == bindparam("b_username"))
+    .values(seen_at=bindparam("b_seen_at"), role=bindparam("b_role"), name=bindparam("b_name"))
+)
+_JOIN = insert(PresenceRow).values(
+    page=bindparam("b_page"), username=bindparam("b_username"), project_id=bindparam("b_project_id"),
+    since=bindparam("b_seen_at"), seen_at=bindparam("b_seen_at"), role=bindparam("b_role"), name=bindparam("b_name"),
+)  # fmt: skip
+_OTHERS = (
+    select(PresenceRow.username, PresenceRow.name, PresenceRow.role, PresenceRow.since, PresenceRow.seen_at)
+    .where(PresenceRow.page == bindparam("b_page"), PresenceRow.username != bindparam("b_username"))
+    .where(PresenceRow.seen_at >= bindparam("b_after"))
+    .order_by(PresenceRow.since, PresenceRow.username)
+)
+_VERSION = select(DatasetRow.delta_version).where(
+    DatasetRow.project_id == bindparam("b_project_id"), DatasetRow.dataset_id == bindparam("b_dataset_id")
+)
+
+
 def beat(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
     """Mark ``actor`` on ``page`` now, drop everyone idle, and read who else is there (module docstring).
 
@@ -157,15 +180,11 @@ def beat(catalog: Catalog, page: PageRef, *, actor: User) -> Beat:
     with catalog.session() as s:
         role = _role(s, page, actor)
         if _cleanup_due(catalog, now):  # reads skip idle rows anyway: deleting them is housekeeping
-            s.execute(delete(PresenceRow).where(PresenceRow.seen_at < now - _idle()))
-        mine = (PresenceRow.page == page.key) & (PresenceRow.username == actor.username)
-        values = {"seen_at": now, "role": role.value, "name": actor.label}
-        if s.execute(update(PresenceRow).where(mine).values(**values)).rowcount == 0:  # type: ignore[attr-defined]
-            s.execute(
-                insert(PresenceRow).values(
-                    page=page.key, username=actor.username, project_id=page.project_id, since=now, **values
-                )
-            )
+            s.execute(_SWEEP, {"b_before": now - _idle()})
+        mine = {"b_page": page.key, "b_username": actor.username, "b_seen_at": now}
+        values = {**mine, "b_role": role.value, "b_name": actor.label}
+        if s.execute(_TOUCH, values).rowcount == 0:  # type: ignore[attr-defined]
+            s.execute(_JOIN, {**values, "b_project_id": page.project_id})
         return _read(s, page, actor, now)
 
 
@@ -200,19 +219,10 @@ def leave(catalog: Catalog, page: PageRef, *, actor: User) -> None:
 
 
 def _read(s: Session, page: PageRef, actor: User, now: datetime) -> Beat:
-    rows = s.execute(
-        select(PresenceRow.username, PresenceRow.name, PresenceRow.role, PresenceRow.since, PresenceRow.seen_at)
-        .where(PresenceRow.page == page.key, PresenceRow.username != actor.username)
-        .where(PresenceRow.seen_at >= now - _idle())
-        .order_by(PresenceRow.since, PresenceRow.username)
-    ).all()
+    rows = s.execute(_OTHERS, {"b_page": page.key, "b_username": actor.username, "b_after": now - _idle()}).all()
     others = [Present(*r) for r in rows]
     if page.kind == "table":
-        version = s.scalar(
-            select(DatasetRow.delta_version).where(
-                DatasetRow.project_id == page.project_id, DatasetRow.dataset_id == page.target
-            )
-        )
+        version = s.scalar(_VERSION, {"b_project_id": page.project_id, "b_dataset_id": page.target})
         return Beat(others, version=version)
     return Beat(others, request=_request_mark(s, page.target))
 

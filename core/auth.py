@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
-from sqlalchemy import ColumnElement, case, delete, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, bindparam, case, delete, func, insert, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -728,15 +728,24 @@ def role_in(catalog: Catalog, user: User, project_id: str) -> Role | None:
         return role_within(s, user, project_id)
 
 
+# A member's role, built once: an open page's heartbeat (core.presence) reads it every few seconds.
+_MEMBER_ROLE = select(MembershipRow.role).where(
+    MembershipRow.project_id == bindparam("b_project_id"), MembershipRow.user_id == bindparam("b_user_id")
+)
+
+
 def role_within(s: Session | None, user: User, project_id: str) -> Role | None:
-    """``role_in`` inside a unit of work of the caller's (``s`` may be None for a site admin)."""
+    """``role_in`` inside a unit of work of the caller's (``s`` may be None for a site admin).
+
+    Reads the membership as the database has it (flushed), on the unit of work's connection.
+    """
     site_admin = user.scope.account_site_admin if user.scope is not None else user.site_admin
     if site_admin:
         held: Role | None = Role.ADMIN
     else:
         assert s is not None, "a member's role is read from the catalog"
-        member = s.get(MembershipRow, (project_id, user.id))
-        held = Role(member.role) if member is not None else None
+        member = s.connection().execute(_MEMBER_ROLE, {"b_project_id": project_id, "b_user_id": user.id}).scalar()
+        held = Role(member) if member is not None else None
     return user.scope.narrow(project_id, held) if user.scope is not None else held
 
 

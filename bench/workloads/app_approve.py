@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench._data import DATA_DIR
 from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect, stage_breakdown, time_call
-from bench.workloads.app_start import REPO, START_TIMEOUT_S, _engine_status, _env, _free_port, _stop
+from bench.workloads.app_start import REPO, START_TIMEOUT_S, _env, _free_port, _stop, warm
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -190,12 +190,7 @@ class _App:
                     command, cwd=REPO, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
                 )
             while time.perf_counter() - started < START_TIMEOUT_S and self.process.poll() is None:
-                status = _engine_status(self.port)
-                if status is not None and status["state"] == "failed":
-                    raise RuntimeError(f"the app's engine did not start: {status['error']}")
-                # ``warm`` (the MERGE warm-up); ``first_use_warmed`` on a server from before it.
-                if status is not None and status["state"] == "ready" and status.get("warm", status["first_use_warmed"]):
-                    expect(status["pid"] == self.process.pid, "another process answered on the port")
+                if warm(self.port, self.process.pid):
                     self.warm_s = time.perf_counter() - started
                     return
                 time.sleep(0.2)  # poll interval

@@ -86,6 +86,23 @@ def _engine_status(port: int) -> dict[str, Any] | None:
         return None
 
 
+def warm(port: int, pid: int) -> bool:
+    """Whether the app on ``port`` (process ``pid``) says its engine is ready and warmed up.
+
+    Raises:
+        RuntimeError: Its engine failed to start, or another process answers on the port.
+    """
+    status = _engine_status(port)
+    if status is None:
+        return False
+    if status["state"] == "failed":
+        raise RuntimeError(f"the app's engine did not start: {status['error']}")
+    if status["pid"] != pid:
+        raise RuntimeError("another process answered on the port")
+    # ``warm`` (the MERGE warm-up); ``first_use_warmed`` on a server from before it.
+    return bool(status["state"] == "ready" and status.get("warm", status["first_use_warmed"]))
+
+
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (from /proc; Linux only)."""
     parents: dict[int, int] = {}

@@ -6,7 +6,8 @@ own (``bench_live_<n>``) and keeps the Table page of the 1,000,000-row table ope
 touching it, as someone reading it does. Measured, for the same 20 sessions:
 
 * presence off (``OREO_PRESENCE_REFRESH_S=0``): the server's CPU (its Python process, from
-  ``/proc``) over ``WINDOW_S`` seconds of open pages;
+  ``/proc``) over ``WINDOW_S`` seconds of open pages, once its engine is ready and warmed up
+  (the start-up's own work is not a refresh's);
 * presence on (the default 5 s refresh): the same, so the difference is what the live
   fragments cost - per session per minute, and per refresh;
 * presence on: commits to ``main`` made meanwhile (a one-cell change request, approved in
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 from bench._data import DATA_DIR, PROJECT, ensure_approver, ensure_customers
 from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect
 from bench.workloads import streamlit_sessions as sessions_workload
+from bench.workloads.app_start import START_TIMEOUT_S, warm
 
 if TYPE_CHECKING:
     from playwright.async_api import Browser, Page
@@ -111,6 +114,16 @@ def _commit(dataset_id: str, n: int) -> int:
     return int(merge.approve_change_request(catalog, cr.id, actor=approver).merged_version or 0)
 
 
+def _wait_warm(process: subprocess.Popen[bytes], url: str) -> None:
+    """Until the server's engine is ready and warmed up: its start-up work is not what the window measures."""
+    port = int(url.rsplit(":", 1)[1])
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not warm(port, process.pid):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the app was not ready and warm within {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.5)  # poll interval
+
+
 @dataclass
 class _Mode:
     cpu_s: float
@@ -172,6 +185,7 @@ def run(config: BenchConfig) -> WorkloadResult:
         refresh = str(REFRESH_S if live else 0)
         process, url = sessions_workload._start_server(log, extra_env={"OREO_PRESENCE_REFRESH_S": refresh})
         try:
+            _wait_warm(process, url)
             modes[live] = asyncio.run(_run_mode(url, process.pid, dataset, table.dataset_id, password, live=live))
         finally:
             sessions_workload._stop_server(process)

@@ -426,6 +426,16 @@ CONNECT_ATTEMPTS = 4
 
 
 def _connect(s: Session) -> None:
+    """Take the unit of work's connection; when the catalog is unreachable, retry as ``CONNECT_ATTEMPTS`` says.
+
+    The first try is plain: building tenacity's retry loop for every unit of work cost about
+    a tenth of a presence heartbeat's CPU (core.presence), though a healthy catalog never needs it.
+    """
+    try:
+        s.connection()
+        return
+    except OperationalError:
+        pass  # retried below, with the usual waits
     for attempt in Retrying(
         retry=retry_if_exception_type(OperationalError),
         stop=stop_after_attempt(CONNECT_ATTEMPTS),

@@ -89,8 +89,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _start_server(log: Path, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """``streamlit run`` over the bench workspace on a free port (``extra_env``: more settings), healthy."""
+def _start_server(
+    log: Path, extra_env: dict[str, str] | None = None, *, script: str = "app/main.py"
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``streamlit run`` over the bench workspace on a free port (``extra_env``: more settings), healthy.
+
+    ``script``: the app, relative to the repository (another one is a bare baseline beside Oreo's).
+    """
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OREO_", "STREAMLIT_"))}
     env.pop("SPARK_REMOTE", None)
@@ -103,7 +108,7 @@ def _start_server(log: Path, extra_env: dict[str, str] | None = None) -> tuple[s
     streamlit = Path(sys.executable).parent / "streamlit"
     # No file watcher: other people edit the tree meanwhile, and a module reloaded under a
     # running script fails it (KeyError: 'app'); a deployed server does not watch its files.
-    command = [str(streamlit), "run", "app/main.py", "--server.port", str(port), "--server.headless", "true",
+    command = [str(streamlit), "run", script, "--server.port", str(port), "--server.headless", "true",
                "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]  # fmt: skip
     with log.open("wb") as out:
         process = subprocess.Popen(

@@ -227,6 +227,11 @@ async def _run_mode(url: str, pid: int, dataset: str, dataset_id: str, password:
             await browser.close()
 
 
+def _per_session_minute(cpu_s: float) -> float:
+    """A window's server CPU as milliseconds per session per minute."""
+    return cpu_s * 1000 * (60.0 / WINDOW_S) / USERS
+
+
 def run(config: BenchConfig) -> WorkloadResult:
     """Open the Table page in 20 browsers with presence off, then on; time notices of commits made meanwhile."""
     table = ensure_customers(ROWS)
@@ -254,10 +259,9 @@ def run(config: BenchConfig) -> WorkloadResult:
             sessions_workload._stop_server(process)
     off, on = modes[False], modes[True]
     expect(bool(on.notice_ms), f"no session saw a notice: {on.failures[:1]}")
-    per_min = 60.0 / WINDOW_S
-    off_ms, on_ms = off.cpu_s * 1000 * per_min / USERS, on.cpu_s * 1000 * per_min / USERS
+    off_ms, on_ms = _per_session_minute(off.cpu_s), _per_session_minute(on.cpu_s)
     per_refresh = (on_ms - off_ms) / (60.0 / REFRESH_S)
-    bare_refresh = (bare[True] - bare[False]) * 1000 * per_min / USERS / (60.0 / REFRESH_S)
+    bare_refresh = (_per_session_minute(bare[True]) - _per_session_minute(bare[False])) / (60.0 / REFRESH_S)
     ratio = per_refresh / bare_refresh if bare_refresh > 0 else float("inf")
     notice = Timing(label=f"commit to notice, {USERS} sessions x {COMMITS} commits", samples_ms=tuple(on.notice_ms))
     return WorkloadResult(

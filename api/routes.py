@@ -41,6 +41,7 @@ from core import (
     merge,
     projects,
     sessions,
+    warmup,
 )
 from core.errors import InvalidInput
 from core.filters import Condition, parse_where
@@ -662,6 +663,7 @@ def cr_show(
     catalog = _catalog()
     view = views.change_request_view(catalog, cr_id, actor=user)
     doc = views.show_document(view, views.changes_page(catalog, cr_id, actor=user, limit=limit, offset=offset))
+    warmup.prepare_for_review(view.request, user.username)  # its approval, if one follows, starts sooner
     if rows:
         row_page = views.rows_page(catalog, cr_id, actor=user, kinds=kind, columns=column, limit=limit, offset=offset)
         doc.update(documents.row_diff_doc(row_page))

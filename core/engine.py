@@ -577,6 +577,13 @@ def dml_session(
     if txn is not None:
         confs[TXN_APP_ID_CONF] = txn[0]
         confs[TXN_VERSION_CONF] = str(int(txn[1]))
+    with _configured_session(confs) as spark:
+        yield spark
+
+
+@contextmanager
+def _configured_session(confs: dict[str, str]) -> Iterator[SparkSession]:
+    """A session with the SQL ``confs`` set: a kept child session (classic), or the shared one under the commit lock."""
     spark = get_spark()
     if not is_connect(spark):
         child = _idle_child(spark)
@@ -587,6 +594,46 @@ def dml_session(
         return
     with _commit_lock, _confs_set(spark, confs):
         yield spark
+
+
+# ---------------------------------------------------------------- a table's file list, built ahead
+#
+# A MERGE first builds the file list of the version it reads, with each file's statistics
+# ("Delta: Compute snapshot for version N": the log replayed from the last checkpoint),
+# unless the JVM holds it already; Delta keeps it with the table's newest snapshot. Profiled
+# job by job (Spark's REST API) on the 100,000-row demo table, a warm process on a quiet
+# machine: that job took 0.6-0.7 s of a 2.7-3.2 s 1-cell approval, and the MERGE planned
+# 0.1-0.2 s longer around it. With the list built before, the same MERGEs took 1.75-2.05 s.
+# ``prepare_table`` builds it by a query Delta answers from the statistics alone (row_id
+# is never null, so every file is skipped), with the small MERGE's one partition for the
+# list (``core.merge.SMALL_MERGE_CONFS``).
+SNAPSHOT_PARTITIONS_CONF = "spark.databricks.delta.snapshotPartitions"
+_prepared_lock = threading.Lock()
+_prepared: dict[str, int] = {}  # table -> the newest version whose file list prepare_table built
+
+
+def prepare_table(path: Location) -> bool:
+    """Have Spark build and keep the file list of ``path``'s newest version, as a MERGE into it would first.
+
+    Returns False without running anything when this process built that version's list
+    already. Raises what Spark raises (a table that is gone, say).
+    """
+    key = str(path)
+    version = latest_version(path)
+    with _prepared_lock:
+        if _prepared.get(key) == version:
+            return False
+    with _configured_session({SNAPSHOT_PARTITIONS_CONF: "1"}) as spark:
+        spark.sql(f"SELECT count(*) FROM {delta_ref(path)} WHERE row_id IS NULL").collect()
+    with _prepared_lock:
+        _prepared[key] = max(version, _prepared.get(key, -1))
+    return True
+
+
+def prepared_version(path: Location) -> int | None:
+    """The newest version of ``path`` whose file list ``prepare_table`` built in this process, if any."""
+    with _prepared_lock:
+        return _prepared.get(str(path))
 
 
 # Confs that describe one commit. They are unset after the block whatever they were before:

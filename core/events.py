@@ -128,6 +128,14 @@ def subscribe(kind: type[E], handler: Callable[[E], None]) -> None:
             handlers.append(handler)
 
 
+def unsubscribe(kind: type[E], handler: Callable[[E], None]) -> None:
+    """Stop calling ``handler`` with events of ``kind`` (nothing happens if it was not subscribed)."""
+    with _lock:
+        handlers = _subscribers.get(kind, [])
+        if handler in handlers:
+            handlers.remove(handler)
+
+
 def unsubscribe_all() -> None:
     """Forget every subscriber (a test that checks what an unwired process does)."""
     with _lock:

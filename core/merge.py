@@ -263,7 +263,7 @@ SMALL_MERGE_CONFS = {
     # thousands of files; the session default split it into 6-7 tasks and the scan into 5-6.
     # Profiled job by job on the 100,000-row demo table (1 cell and 8 rows, interleaved, load
     # 35-50): 16-18 tasks per MERGE became 10-12, and the time in Spark jobs 12-40 s -> 4.5-15 s.
-    "spark.databricks.delta.snapshotPartitions": "1",
+    engine.SNAPSHOT_PARTITIONS_CONF: "1",
     # Whole-stage code generation writes, formats and compiles Java for every plan of the
     # MERGE's dozen jobs, each run over a few thousand rows. A JFR profile of 6 warm approvals
     # on the 100,000-row demo put 31% of the JVM's CPU samples in code generation (10% in

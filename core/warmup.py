@@ -16,15 +16,17 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import queue
 import socket
+import threading
 import time
 import uuid
 
 from sqlalchemy import func, select
 
-from core import change_requests, engine, merge, reads, validation
+from core import change_requests, engine, events, merge, reads, validation
 from core.catalog import Catalog, ChangeRequestRow, DatasetRow, open_catalog
-from core.change_requests import CHANGED_COLUMN, IN_REVIEW, OP_COLUMN
+from core.change_requests import CHANGED_COLUMN, IN_REVIEW, OP_COLUMN, ChangeRequest, CRState
 from core.config import get_settings
 from core.datasets import layout_for
 from core.errors import EngineError
@@ -84,13 +86,14 @@ def warm_server() -> None:
 
 
 def warm_tables(catalog: Catalog, limit: int = WARM_TABLES) -> list[str]:
-    """Load into Spark the snapshot of the tables people work on: those with requests in review, then the newest.
+    """Build in Spark the file lists of the tables people work on: those with requests in review, then the newest.
 
-    The first MERGE into a table after a start otherwise builds its snapshot (a log replay
+    The first MERGE into a table after a start otherwise builds its file list (a log replay
     from the last checkpoint: about 2 s of the first approval on the 100,000-row demo table,
-    issue 24 section 5); Delta keeps it in the JVM, so the approval only checks for newer
-    commits. At most ``limit`` tables: first those with requests in review (the most recently
-    updated request first), then the most recently committed. Returns the ``project/dataset``
+    issue 24 section 5); Delta keeps it in the JVM (``engine.prepare_table``), so the
+    approval only checks for newer commits. At most ``limit`` tables: first those with
+    requests in review (the most recently updated request first), then the most recently
+    committed. Returns the ``project/dataset``
     names warmed; a table that fails to load is logged and skipped.
     """
     with catalog.session() as s:
@@ -107,18 +110,83 @@ def warm_tables(catalog: Catalog, limit: int = WARM_TABLES) -> list[str]:
             .limit(limit)
         ).all()
     tables = list(dict.fromkeys((p, d) for p, d in [*in_review, *newest]))[:limit]
-    spark = engine.get_spark()
     warmed = []
     for project_id, dataset_id in tables:
         try:
-            main = layout_for(project_id, dataset_id).main
-            spark.sql(f"DESCRIBE DETAIL {engine.delta_ref(main)}").collect()
+            engine.prepare_table(layout_for(project_id, dataset_id).main)
         except Exception:  # a warm-up only: the approval reports its own failure
             logger.warning("warming %s/%s up failed", project_id, dataset_id, exc_info=True)
             continue
         warmed.append(f"{project_id}/{dataset_id}")
     logger.info("engine warm-up: loaded the snapshots of %s", ", ".join(warmed) or "no table")
     return warmed
+
+
+# ---------------------------------------------------------------- file lists kept ready in a server
+#
+# A server builds a table's file list in the background (one thread, never starting Spark
+# for it) when an approver opens one of its open requests (the Review page, the API's GET),
+# and after each approval it runs (``keep_prepared``): the next approval of that table, in
+# this process, then starts from the list instead of building it (``engine.prepare_table``).
+
+_to_prepare: queue.SimpleQueue[Location] = queue.SimpleQueue()
+_queued: set[str] = set()
+_queued_lock = threading.Lock()
+_preparer: threading.Thread | None = None
+
+
+def prepare_soon(main: Location) -> bool:
+    """Queue ``main`` for its file list to be built in the background; whether it was queued.
+
+    Not queued when it is queued already, or when the engine is not up: a server's
+    warm-up builds the lists of the tables in review, and no one waits for Spark to start for this.
+    """
+    global _preparer
+    if engine.engine_status().state != "ready":
+        return False
+    with _queued_lock:
+        if str(main) in _queued:
+            return False
+        _queued.add(str(main))
+        if _preparer is None or not _preparer.is_alive():
+            _preparer = threading.Thread(target=_prepare_queued, name="oreo-prepare-tables", daemon=True)
+            _preparer.start()
+    _to_prepare.put(main)
+    return True
+
+
+def _prepare_queued() -> None:
+    while True:
+        main = _to_prepare.get()
+        try:
+            if engine.prepare_table(main):
+                logger.info("built the file list of %s at version %s", main, engine.prepared_version(main))
+        except Exception:  # a head start only: the approval builds the list itself and reports its own failure
+            logger.warning("building the file list of %s failed", main, exc_info=True)
+        finally:
+            with _queued_lock:
+                _queued.discard(str(main))
+
+
+def prepare_for_review(record: ChangeRequest, viewer: str) -> bool:
+    """``prepare_soon`` for the main table of a request ``viewer`` has open and could approve now.
+
+    That is an open request someone else wrote (what the viewer may do is the approval's
+    own check); whether it was queued.
+    """
+    if record.state != CRState.OPEN or record.author == viewer:
+        return False
+    return prepare_soon(layout_for(record.project_id, record.dataset_id).main)
+
+
+def _prepare_merged(event: events.Approved) -> None:
+    if event.dataset is not None:
+        prepare_soon(layout_for(event.project, event.dataset).main)
+
+
+def keep_prepared() -> None:
+    """After each approval this process runs, build the merged version's file list (a server's start calls it)."""
+    events.subscribe(events.Approved, _prepare_merged)
 
 
 def _approve_scratch(main: Location, staging: Location) -> None:

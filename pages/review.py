@@ -36,7 +36,7 @@ from app.conflict_views import conflict_table
 from app.diff_views import change_request_rows
 from app.import_views import replace_banner
 from app.thread_views import cell_notes, discussion
-from core import auth, change_requests, datasets, merge
+from core import auth, change_requests, datasets, merge, warmup
 from core.change_requests import ChangeRequest, CRState
 from core.errors import OreoError
 from interface import views
@@ -301,6 +301,7 @@ with oreo_errors():
         find_conflicts=lambda record: conflicts_of(record, info.version) if record.state == CRState.OPEN else [],
     )  # fmt: skip
     cr = view.request
+    warmup.prepare_for_review(cr, user.username)  # the table's file list, built while the approver reads
 
     st.subheader(cr.title, anchor=False)
     st.caption(

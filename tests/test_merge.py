@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from core import change_requests as crs
-from core import conflicts, datasets, engine, merge, reads, resubmit, sessions
+from core import conflicts, datasets, engine, events, merge, reads, resubmit, sessions, warmup
 from core.audit import list_events
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -380,3 +381,57 @@ def test_whole_row_conflicts_are_kept_or_dropped(catalog: Catalog) -> None:
     merge.approve_change_request(catalog, second.id, actor=al)
     table = _table()
     assert (table["7"]["name"], table["7"]["age"], table["8"]["age"]) == ("name 7", 1, 80)
+
+
+def _cached_file_lists(spark) -> list[str]:  # type: ignore[no-untyped-def]
+    """The names of the Delta file lists (snapshot states) Spark keeps cached right now."""
+    return [str(info.name()) for info in spark.sparkContext._jsc.sc().getRDDStorageInfo()]
+
+
+def test_a_tables_file_list_is_built_ahead_once_per_version(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    """``engine.prepare_table`` leaves the newest version's list (with statistics) cached, then skips it."""
+    main = _main()
+    version = engine.latest_version(main)
+    assert engine.prepare_table(main) is True
+    assert engine.prepared_version(main) == version
+    assert f"Delta Table State with Stats #{version} - {main.as_uri()}/_delta_log" in _cached_file_lists(spark)
+    assert engine.prepare_table(main) is False  # this version's list is built already
+
+    cr = _submit(catalog, [SetCell("3", "name", "Cy")])
+    merged = merge.approve_change_request(catalog, cr.id, actor=get_user(catalog, "al"))
+    assert merged.merged_version == version + 1
+    assert engine.prepare_table(main) is True
+    assert f"Delta Table State with Stats #{version + 1} - {main.as_uri()}/_delta_log" in _cached_file_lists(spark)
+    assert _table()["3"]["name"] == "Cy"
+
+
+def _prepared(main: Path, version: int, timeout: float = 120.0) -> bool:
+    """Whether ``engine.prepared_version(main)`` reaches ``version`` within ``timeout`` s (a background thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if engine.prepared_version(main) == version:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_server_builds_the_file_list_for_the_next_approval(spark, catalog: Catalog) -> None:  # type: ignore[no-untyped-def]
+    """After each approval (``keep_prepared``) and when an approver opens an open request, in the background."""
+    main = _main()
+    first = _submit(catalog, [SetCell("4", "age", "40")])
+    # Opened by its author, or once decided, nothing is queued; opened by an approver, it is.
+    assert warmup.prepare_for_review(first, "ed") is False
+    assert warmup.prepare_for_review(first, "al") is True
+    assert _prepared(main, first.base_version)
+
+    warmup.keep_prepared()
+    try:
+        merged = merge.approve_change_request(catalog, first.id, actor=get_user(catalog, "al"))
+        assert _prepared(main, merged.merged_version)  # the merged version's list, for the next approval
+        assert warmup.prepare_for_review(merged, "al") is False
+    finally:
+        events.unsubscribe(events.Approved, warmup._prepare_merged)
+    second = _submit(catalog, [SetCell("5", "age", "50")])
+    again = merge.approve_change_request(catalog, second.id, actor=get_user(catalog, "al"))
+    assert again.merged_version == merged.merged_version + 1
+    assert engine.prepared_version(main) == merged.merged_version  # unsubscribed: nothing built after it

@@ -124,25 +124,28 @@ def warm_tables(catalog: Catalog, limit: int = WARM_TABLES) -> list[str]:
 
 # ---------------------------------------------------------------- file lists kept ready in a server
 #
-# A server builds a table's file list in the background (one thread, never starting Spark
-# for it) when an approver opens one of its open requests (the Review page, the API's GET),
-# and after each approval it runs (``keep_prepared``): the next approval of that table, in
-# this process, then starts from the list instead of building it (``engine.prepare_table``).
+# A server (``keep_prepared`` at its start) builds a table's file list in the background (one
+# thread, never starting Spark for it) when an approver opens one of its open requests (the
+# Review page, the API's GET), and after each approval it runs: the next approval of that
+# table, in this process, then starts from the list instead of building it
+# (``engine.prepare_table``). Other processes (the CLI, a script, a test) build none.
 
 _to_prepare: queue.SimpleQueue[Location] = queue.SimpleQueue()
 _queued: set[str] = set()
 _queued_lock = threading.Lock()
 _preparer: threading.Thread | None = None
+_serving = threading.Event()
 
 
 def prepare_soon(main: Location) -> bool:
     """Queue ``main`` for its file list to be built in the background; whether it was queued.
 
-    Not queued when it is queued already, or when the engine is not up: a server's
-    warm-up builds the lists of the tables in review, and no one waits for Spark to start for this.
+    Not queued when it is queued already, outside a server (``keep_prepared``), or when the
+    engine is not up: a server's warm-up builds the lists of the tables in review, and no one
+    waits for Spark to start for this.
     """
     global _preparer
-    if engine.engine_status().state != "ready":
+    if not _serving.is_set() or engine.engine_status().state != "ready":
         return False
     with _queued_lock:
         if str(main) in _queued:
@@ -185,8 +188,18 @@ def _prepare_merged(event: events.Approved) -> None:
 
 
 def keep_prepared() -> None:
-    """After each approval this process runs, build the merged version's file list (a server's start calls it)."""
+    """Build file lists ahead in this process from now on: a server's start calls it (``prepare_soon``).
+
+    Also, after each approval this process runs, the merged version's list.
+    """
+    _serving.set()
     events.subscribe(events.Approved, _prepare_merged)
+
+
+def stop_preparing() -> None:
+    """Undo ``keep_prepared`` (what is queued still gets built)."""
+    _serving.clear()
+    events.unsubscribe(events.Approved, _prepare_merged)
 
 
 def _approve_scratch(main: Location, staging: Location) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core import change_requests as crs
-from core import conflicts, datasets, engine, events, merge, reads, resubmit, sessions, warmup
+from core import conflicts, datasets, engine, merge, reads, resubmit, sessions, warmup
 from core.audit import list_events
 from core.auth import Role, add_member, create_user, get_user
 from core.catalog import Catalog, open_catalog, reset_catalogs
@@ -419,18 +419,19 @@ def test_a_server_builds_the_file_list_for_the_next_approval(spark, catalog: Cat
     """After each approval (``keep_prepared``) and when an approver opens an open request, in the background."""
     main = _main()
     first = _submit(catalog, [SetCell("4", "age", "40")])
-    # Opened by its author, or once decided, nothing is queued; opened by an approver, it is.
-    assert warmup.prepare_for_review(first, "ed") is False
-    assert warmup.prepare_for_review(first, "al") is True
-    assert _prepared(main, first.base_version)
-
+    assert warmup.prepare_for_review(first, "al") is False  # not a server: nothing is built ahead
     warmup.keep_prepared()
     try:
+        # Opened by its author, or once decided, nothing is queued; opened by an approver, it is.
+        assert warmup.prepare_for_review(first, "ed") is False
+        assert warmup.prepare_for_review(first, "al") is True
+        assert _prepared(main, first.base_version)
+
         merged = merge.approve_change_request(catalog, first.id, actor=get_user(catalog, "al"))
         assert _prepared(main, merged.merged_version)  # the merged version's list, for the next approval
         assert warmup.prepare_for_review(merged, "al") is False
     finally:
-        events.unsubscribe(events.Approved, warmup._prepare_merged)
+        warmup.stop_preparing()
     second = _submit(catalog, [SetCell("5", "age", "50")])
     again = merge.approve_change_request(catalog, second.id, actor=get_user(catalog, "al"))
     assert again.merged_version == merged.merged_version + 1

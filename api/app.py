@@ -226,12 +226,13 @@ def _template(scope: Scope) -> str:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if os.environ.get(WARM_ENGINE_ENV, "1") != "0":
         engine.start_in_background(warm_up=warmup.warm_up)
-    warmup.keep_prepared()  # each approval's merged version: its file list built for the next one
+    warmup.keep_prepared()  # file lists built ahead while it serves (docs/running.md)
     _call_audit.start()
     try:
         yield
     finally:
         _call_audit.stop()
+        warmup.stop_preparing()
 
 
 def create_app() -> FastAPI:

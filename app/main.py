@@ -126,13 +126,14 @@ async def _warm_engine(_app: Any) -> AsyncIterator[None]:
     """Start Spark in the background as the server starts, warm it up, and log when it is ready."""
     log_approvals(sys.stdout)  # each approval's start, stages and outcome, in the server's log
     engine.start_in_background(warm_up=warmup.warm_server)  # a small MERGE, then the tables under review
-    warmup.keep_prepared()  # each approval's merged version: its file list built for the next one
+    warmup.keep_prepared()  # file lists built ahead while it serves (docs/running.md)
     background.start_background_drainer(None)  # stale requests told, the outbox sent: one per server process
     metrics.serve()  # the side port: once per server process (a browser session's rerun never gets here)
     announce = asyncio.create_task(_announce_engine())
     yield
     announce.cancel()
     background.stop_background_drainer(timeout=1.0)
+    warmup.stop_preparing()
 
 
 async def _announce_engine() -> None:

@@ -116,9 +116,20 @@ def diff(before: Relation, after: Relation, columns: list[str], *, limit: int = 
     """
     reads.check_page(limit, offset)
     body, params = _changes_sql(before, after, columns)
-    sql = f"SELECT *, count(*) OVER () AS total FROM ({body}) ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?"
+    # The total is a scalar subquery of the changes, not ``count(*) OVER ()``: DuckDB 1.5.5's
+    # window races over input with an empty block, as the parts of this UNION ALL often are
+    # (duckdb#22352), and its internal error invalidates the process's database (core.duck).
+    sql = (
+        f"WITH changes AS MATERIALIZED ({body}) SELECT *, (SELECT count(*) FROM changes) AS total "
+        "FROM changes ORDER BY row_id, col NULLS FIRST LIMIT ? OFFSET ?"
+    )
     try:
-        rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
+        try:
+            rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
+        except Exception as exc:  # duckdb.Error and its many subclasses
+            if not reads.recover(exc):
+                raise
+            rows = reads.cursor().execute(sql, [*params, int(limit), int(offset)]).fetchall()
         if rows:
             total = int(rows[0][5])
         else:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import logging
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -20,10 +22,21 @@ from core.config import get_settings
 from core.errors import EngineError
 from core.storage import duckdb_secret_sql, is_object_uri
 
+logger = logging.getLogger(__name__)
+
 _db_lock = threading.Lock()
 _db: duckdb.DuckDBPyConnection | None = None
 _local = threading.local()
 _cursors: list[tuple[threading.Thread, duckdb.DuckDBPyConnection]] = []  # each with the thread it serves
+# A DuckDB internal error (an assertion inside DuckDB) invalidates the whole database: every
+# later query of every cursor fails with "database has been invalidated". DuckDB 1.5.5 has one
+# that a full test run met: a window (``count(*) OVER ()``) over input with an empty block
+# races (duckdb#22352, fixed after 1.5.5). So the database is probed at most once per
+# ``HEALTH_CHECK_S`` as cursors are asked for, and at once after such an error
+# (``recover``), and a dead one is replaced: one read fails, not every read until a restart.
+HEALTH_CHECK_S = 1.0
+_generation = 0  # bumped when the database is replaced; a thread's cursor of an older one is dropped
+_checked_at = 0.0
 
 
 def extension_path(name: str = "delta") -> Path:
@@ -83,14 +96,54 @@ def _database() -> duckdb.DuckDBPyConnection:
     return _db
 
 
+def _check_health(*, now: bool = False) -> None:
+    """Replace the database if it no longer answers (checked at most once per ``HEALTH_CHECK_S``)."""
+    global _db, _generation, _checked_at
+    if _db is None or (not now and time.monotonic() - _checked_at < HEALTH_CHECK_S):
+        return
+    with _db_lock:
+        if _db is None or (not now and time.monotonic() - _checked_at < HEALTH_CHECK_S):
+            return
+        _checked_at = time.monotonic()
+        try:
+            _db.execute("SELECT 1").fetchall()
+            return
+        except duckdb.Error as exc:
+            logger.warning("DuckDB's database stopped answering (%s); opening a new one", str(exc).splitlines()[0])
+        for _owner, cur in _cursors:
+            try:
+                cur.close()
+            except duckdb.Error:
+                pass
+        _cursors.clear()
+        try:
+            _db.close()
+        except duckdb.Error:
+            pass
+        _db = None
+        _generation += 1
+
+
+def recover(exc: BaseException) -> bool:
+    """After ``exc`` from a query: if it is one that invalidates DuckDB's database, replace the database now.
+
+    Returns whether ``exc`` was such an error (the query may then be run again once).
+    """
+    if not isinstance(exc, duckdb.InternalException | duckdb.FatalException):
+        return False
+    _check_health(now=True)
+    return True
+
+
 def close() -> None:
     """Close this process's DuckDB database and cursors.
 
     Runs at exit: DuckDB's C++ threads must stop before the interpreter tears down, or
     the process can abort ("terminate called without an active exception").
     """
-    global _db
+    global _db, _generation
     with _db_lock:
+        _generation += 1  # other threads' cursors were of this database
         for _owner, cur in list(_cursors):
             try:
                 cur.close()
@@ -109,8 +162,9 @@ def cursor() -> duckdb.DuckDBPyConnection:
     The app runs every script run in a new thread, so a new cursor first closes the ones
     whose threads have ended (nothing else can be using them).
     """
+    _check_health()
     cur = getattr(_local, "cursor", None)
-    if cur is None:
+    if cur is None or getattr(_local, "generation", None) != _generation:
         cur = _database().cursor()
         with _db_lock:
             for owner, old in list(_cursors):
@@ -119,6 +173,7 @@ def cursor() -> duckdb.DuckDBPyConnection:
                     old.close()
             _cursors.append((threading.current_thread(), cur))
         _local.cursor = cur
+        _local.generation = _generation
     return cur
 
 

@@ -29,6 +29,7 @@ from core.duck import extension_path as extension_path
 from core.duck import open_duckdb as open_duckdb
 from core.duck import quote_ident as quote_ident
 from core.duck import quote_literal as quote_literal
+from core.duck import recover as recover
 from core.errors import EngineError, InvalidInput, NotFound
 from core.filters import Condition, check_conditions, condition_sql, where_sql
 from core.storage import Location, location, storage_options_for
@@ -48,7 +49,12 @@ def _scan(version: int | None) -> tuple[str, list[Any]]:
 
 def _run(sql: str, params: list[Any], path: Location) -> duckdb.DuckDBPyConnection:
     try:
-        return cursor().execute(sql, params)
+        try:
+            return cursor().execute(sql, params)
+        except duckdb.Error as exc:
+            if not recover(exc):  # an internal error invalidated DuckDB's database: a new one, once
+                raise
+            return cursor().execute(sql, params)
     except duckdb.Error as exc:
         # A missing data file or a cut commit reads as some engine error; name the damage instead.
         damaged = damage.find_damage(location(path))

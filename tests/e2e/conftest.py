@@ -378,8 +378,11 @@ def _settle(page: Page, expected: Locator, text: str | None = None) -> None:
     waiting on that state alone could return before the new run even started; the expected
     element (or text) only appears once the new run rendered it.
     """
+    # While a run is in progress Streamlit keeps the previous run's elements on the page beside
+    # the new ones, so the expected element may briefly match twice; wait on the first match and
+    # let the end of the run remove the stale one.
     if text is None:
-        expect(expected).to_be_visible(timeout=UI_TIMEOUT_MS)
+        expect(expected.first).to_be_visible(timeout=UI_TIMEOUT_MS)
     else:
-        expect(expected).to_contain_text(text, timeout=UI_TIMEOUT_MS)
+        expect(expected.first).to_contain_text(text, timeout=UI_TIMEOUT_MS)
     wait_idle(page)

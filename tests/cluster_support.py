@@ -31,7 +31,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from core.engine import driver_java_options
-from tests.jvm_options import long_lived
+from tests.jvm_options import interpreted_args, long_lived
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "scripts" / "cluster.sh"
@@ -155,6 +155,7 @@ def local_connect(state: Path, port: int) -> Iterator[str]:
     """
     script = cluster_script()
     command = script.connect_command("local[2]", port)
+    command[1:1] = interpreted_args()  # as the suite's embedded drivers (tests/jvm_options.py)
     options = driver_java_options()
     if options:
         command[1:1] = ["--driver-java-options", options]

@@ -23,6 +23,8 @@ E2E = Path(__file__).parent / "e2e"
 # this process's own JVM and the servers' keep both (see _both_compilers_here and long_lived).
 os.environ.setdefault(jvm_options.SUBMIT_OPTS, jvm_options.QUICK_JIT)  # spark-submit: the CLI's drivers
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options.QUICK_JIT)  # the standalone master and workers
+# Every embedded driver the suite starts (this process's, the CLI's, a server's) evaluates expressions interpreted.
+os.environ.setdefault(jvm_options.PYSPARK_SUBMIT_ARGS, jvm_options.interpreted_submit_args())
 # This process's Spark, whichever test starts it (a browser test's set-up runs the CLI here).
 os.environ.setdefault("OREO_SPARK_SHUFFLE_PARTITIONS", "2")
 # One warm-up MERGE per engine start, not the product's 3: the suite's servers share warm JVMs
@@ -169,6 +171,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
             item._id = coerce_node_id(_grouped_id(item))
     items.sort(key=_tier_order)  # stable: the order within each group is pytest's
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Stop the loopback cluster once this process has run the last test that uses one.
+
+    The cluster tier is one unit of work, so its tests run in a row; the cluster (a master,
+    two workers with an executor each, a Connect server: about 3 GB) used to stay up, idle,
+    beside every test the worker ran after it, until the session ended.
+    """
+    yield
+    if _tier_order(item) in CLUSTER_TIERS and (nextitem is None or _tier_order(nextitem) not in CLUSTER_TIERS):
+        cluster_support.CLUSTERS.stop()
+
+
+CLUSTER_TIERS = (1, 2)
 
 
 def _grouped_id(item: pytest.Item) -> str:

@@ -13,7 +13,24 @@ for every child; ``long_lived`` takes it out of the environment of one that stay
 from __future__ import annotations
 
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# Spark's interpreted expression evaluation (its own test mode) for the suite's embedded drivers
+# and its local Connect servers: the suite's tables hold a few rows to a few thousand, so
+# generating and compiling Java for each new query plan (Janino) costs more CPU than it saves.
+# tests/test_merge.py alone: 155-167 CPU-s with code generation, 137 without (interleaved runs).
+# The loopback cluster, the benchmark and the product keep Spark's defaults.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+PYSPARK_SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"  # read by pyspark when it starts a driver
 SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"  # read by spark-submit: drivers and the Connect server
+
+
+def interpreted_args() -> list[str]:
+    """``--conf`` arguments of spark-submit for ``INTERPRETED``."""
+    return [arg for key, value in INTERPRETED.items() for arg in ("--conf", f"{key}={value}")]
+
+
+def interpreted_submit_args() -> str:
+    """``PYSPARK_SUBMIT_ARGS`` for a driver pyspark starts, with ``INTERPRETED``."""
+    return " ".join([*interpreted_args(), "pyspark-shell"])
 
 
 def long_lived(env: dict[str, str]) -> dict[str, str]:

@@ -173,6 +173,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=_tier_order)  # stable: the order within each group is pytest's
 
 
+# The tiers of ``_tier_order`` that run on the loopback cluster (plain, then S3): one unit of work.
+CLUSTER_TIERS = (1, 2)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """Stop the loopback cluster once this process has run the last test that uses one.
@@ -184,9 +188,6 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     if _tier_order(item) in CLUSTER_TIERS and (nextitem is None or _tier_order(nextitem) not in CLUSTER_TIERS):
         cluster_support.CLUSTERS.stop()
-
-
-CLUSTER_TIERS = (1, 2)
 
 
 def _grouped_id(item: pytest.Item) -> str:
@@ -203,7 +204,8 @@ def _grouped_id(item: pytest.Item) -> str:
 
 
 def _work_unit(item: pytest.Item) -> str:
-    return {0: "e2e", 1: "cluster", 2: "cluster"}.get(_tier_order(item), Path(str(item.path)).stem)
+    tier = _tier_order(item)
+    return "e2e" if tier == 0 else "cluster" if tier in CLUSTER_TIERS else Path(str(item.path)).stem
 
 
 def _tier_order(item: pytest.Item) -> int:

@@ -9,6 +9,10 @@ moved under it: validation is reused, as when a person approves a fresh request)
   (Playwright) signs in as ``approver``, opens ``/review?cr=<id>`` (and picks the request
   in the "Change request" picker if the page did not open it), clicks Approve, and the
   clock runs from the click on "Approve and merge" until the page shows "Merged <id>".
+  Both instants are the page's own (``APPROVE_WATCH``: a click listener and a
+  MutationObserver): Playwright's ``expect`` polls with growing pauses (100, 250, 500,
+  then every 1,000 ms), so its return said when it looked, up to a second after the page
+  showed it (measured: the page drew "Merged" 50-170 ms after the server's script run ended).
   The server is started, its engine waited for until ``/oreo/engine`` says ready and warm
   (what a person signing in after the start finds), and the first approval after that
   start is timed on its own ("first"). A second server start gives the 8-row request
@@ -60,6 +64,19 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 UI_TIMEOUT_MS = 300_000
+# When the page itself saw the click on "Approve and merge" and then each "Merged <id>" (``Date.now()``).
+APPROVE_WATCH = """
+window.__oreoApprove = {clicked: null, merged: {}};
+document.addEventListener('click', (event) => {
+  if (event.target.closest('.st-key-approve_confirm')) window.__oreoApprove.clicked = Date.now();
+}, true);
+new MutationObserver(() => {
+  for (const el of document.querySelectorAll("[data-testid='stAlertContainer']")) {
+    const found = /Merged (cr_[0-9a-f]+)/.exec(el.textContent);
+    if (found && !(found[1] in window.__oreoApprove.merged)) window.__oreoApprove.merged[found[1]] = Date.now();
+  }
+}).observe(document, {childList: true, subtree: true, characterData: true});
+"""
 MERGE_TIMEOUT_MS = 600_000
 
 
@@ -206,6 +223,7 @@ class _App:
             base_url=f"http://127.0.0.1:{self.port}", viewport={"width": 1400, "height": 1000}
         )
         self.context.set_default_timeout(UI_TIMEOUT_MS)
+        self.context.add_init_script(APPROVE_WATCH)
         page = self.page = self.context.new_page()
         page.goto("/")
         self._idle()
@@ -251,12 +269,12 @@ class _App:
         self._idle()
         confirm = page.locator(".st-key-approve_confirm").get_by_role("button")
 
-        def click_until_merged() -> None:
-            confirm.click()
-            merged = page.get_by_test_id("stAlertContainer").filter(has_text=f"Merged {cr_id}")
-            see(merged).to_be_visible(timeout=MERGE_TIMEOUT_MS)
-
-        self.last_ms = time_call(click_until_merged)[0]
+        confirm.click()
+        merged = page.get_by_test_id("stAlertContainer").filter(has_text=f"Merged {cr_id}")
+        see(merged).to_be_visible(timeout=MERGE_TIMEOUT_MS)
+        seen = page.evaluate("id => [window.__oreoApprove.clicked, window.__oreoApprove.merged[id]]", cr_id)
+        expect(None not in seen, f"the page did not record the click and the 'Merged {cr_id}' it showed: {seen}")
+        self.last_ms = float(seen[1] - seen[0])
         self._idle()
 
     def stop(self) -> None:

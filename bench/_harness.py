@@ -98,6 +98,41 @@ def time_call(fn: Callable[[], object]) -> tuple[float, float]:
         gc.enable()
 
 
+# What "a quiet machine" means before a timed sample that shares the machine with servers
+# (settle): at least this share of every core idle over one window.
+QUIET_IDLE = 0.8
+QUIET_WINDOW_S = 0.5
+QUIET_TIMEOUT_S = 20.0
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all cores since boot, from ``/proc/stat``."""
+    with open("/proc/stat") as stat:
+        fields = [int(n) for n in stat.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields)  # idle + iowait
+
+
+def settle(idle: float = QUIET_IDLE, window_s: float = QUIET_WINDOW_S, timeout_s: float = QUIET_TIMEOUT_S) -> float:
+    """Wait until the machine is quiet (``idle`` of its CPU time idle over ``window_s``); the last window's idle share.
+
+    A server's work after a sample (a JVM still compiling, a file list built ahead, a
+    browser drawing) otherwise lands in the next sample, which then measures two things at
+    once. Gives up after ``timeout_s`` (a machine that never quiets down) and says so in
+    the share it returns. Without ``/proc/stat`` (not Linux) it returns 1.0 at once.
+    """
+    if not os.path.exists("/proc/stat"):
+        return 1.0
+    deadline = time.monotonic() + timeout_s
+    share = 0.0
+    while True:
+        idle_0, total_0 = _cpu_times()
+        time.sleep(window_s)  # one measuring window, not a scripted wait
+        idle_1, total_1 = _cpu_times()
+        share = (idle_1 - idle_0) / max(1, total_1 - total_0)
+        if share >= idle or time.monotonic() >= deadline:
+            return share
+
+
 def measure(label: str, fn: Callable[[], object], *, warmup: int = 3, repeats: int = 25) -> Timing:
     """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed."""
     return measure_interleaved({label: fn}, warmup=warmup, repeats=repeats)[label]

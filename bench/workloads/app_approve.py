@@ -21,9 +21,15 @@ moved under it: validation is reused, as when a person approves a fresh request)
   Python process, warm (one untimed approval of each size first), interleaved with the
   app's approvals (which goes first alternates by round) so load drift hits both.
 
+Each timed approval (app or core, first or warm) starts on a quiet machine: the benchmark
+waits until the CPU is 80% idle over half a second (``bench._harness.settle``), so the tail
+of the sample before (a JVM still compiling its MERGE's classes, the server building the
+table's next file list, ``core.warmup.keep_prepared``) is not timed in the next one.
+
 Targets: warm app <= 1.3x warm core (each size), the first approval after a start <=
-1.5x a warm one (each size), and a warm 1-cell approval through the app < 2.5 s. Every
-sample is logged with the machine's 1-minute load average (``notes: samples``).
+1.5x a warm one (each size), and a warm 1-cell approval through the app < 2.5 s on a
+quiet machine. Every sample is logged with the idle share before it and the machine's
+1-minute load average (``notes: samples``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench._data import DATA_DIR
-from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect, stage_breakdown, time_call
+from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect, settle, stage_breakdown, time_call
 from bench.workloads.app_start import REPO, START_TIMEOUT_S, _env, _free_port, _stop, warm
 
 if TYPE_CHECKING:
@@ -188,6 +194,8 @@ class _App:
         self.context: Any = None
         self.page: Page | None = None
         self.warm_s: float | None = None
+        self.last_ms = 0.0
+        self.last_idle = 1.0  # the machine's idle share right before the last click (bench._harness.settle)
 
     def start(self) -> None:
         """Start the server and wait until its engine is ready and warmed up."""
@@ -268,7 +276,7 @@ class _App:
         see(dialog).to_be_visible(timeout=UI_TIMEOUT_MS)
         self._idle()
         confirm = page.locator(".st-key-approve_confirm").get_by_role("button")
-
+        self.last_idle = settle()
         confirm.click()
         merged = page.get_by_test_id("stAlertContainer").filter(has_text=f"Merged {cr_id}")
         see(merged).to_be_visible(timeout=MERGE_TIMEOUT_MS)
@@ -319,9 +327,10 @@ def run(config: BenchConfig) -> WorkloadResult:
     core_stages: list[tuple[str, float]] = []
     warm_s: list[float] = []
 
-    def note(kind: str, path: str, ms: float) -> None:
-        samples.append({"request": kind, "path": path, "ms": round(ms), "load_1min": _load()})
-        _log(f"{path} {kind}: {ms:.0f} ms (load {_load():.1f})")
+    def note(kind: str, path: str, ms: float, idle: float) -> None:
+        sample = {"request": kind, "path": path, "ms": round(ms), "idle_before": round(idle, 2), "load_1min": _load()}
+        samples.append(sample)
+        _log(f"{path} {kind}: {ms:.0f} ms (idle before {idle:.0%}, load {_load():.1f})")
 
     with _workspace() as home, sync_playwright() as playwright:
         requests = _Requests(open_catalog())
@@ -330,20 +339,21 @@ def run(config: BenchConfig) -> WorkloadResult:
             for kind in SIZES:  # core warm-up, untimed: this process's first MERGE of each size
                 requests.core_approve(requests.new(kind))
 
-            def app_approval(app: _App, kind: str, record: Callable[[float], None]) -> None:
+            def app_approval(app: _App, kind: str, record: Callable[[float, float], None]) -> None:
                 cr = requests.new(kind)
                 app.open_request(cr.id)
                 app.approve(cr.id)
                 app_stages.extend(requests.stages(cr.id))
-                record(app.last_ms)
+                record(app.last_ms, app.last_idle)
 
             def core_approval(kind: str) -> None:
                 cr = requests.new(kind)
                 merged: list[ChangeRequest] = []
+                idle = settle()
                 ms = time_call(lambda: merged.append(requests.core_approve(cr)))[0]
                 core_stages.extend((t.stage, t.seconds) for t in merged[0].stages if t.action == "approve")
                 core_warm[kind].append(ms)
-                note(kind, "core warm", ms)
+                note(kind, "core warm", ms, idle)
 
             for server_no, first_kind in enumerate(SIZES):
                 app = _App(home, browser)
@@ -354,9 +364,9 @@ def run(config: BenchConfig) -> WorkloadResult:
                     warm_s.append(app.warm_s)
                     app.sign_in()
 
-                    def first(ms: float, kind: str = first_kind) -> None:
+                    def first(ms: float, idle: float, kind: str = first_kind) -> None:
                         app_first[kind] = ms
-                        note(kind, "app first after start", ms)
+                        note(kind, "app first after start", ms, idle)
 
                     app_approval(app, first_kind, first)
                     if server_no:
@@ -364,9 +374,9 @@ def run(config: BenchConfig) -> WorkloadResult:
                     for round_no in range(max(1, config.spark_repeats)):
                         for kind in SIZES if round_no % 2 == 0 else reversed(list(SIZES)):
 
-                            def warm(ms: float, kind: str = kind) -> None:
+                            def warm(ms: float, idle: float, kind: str = kind) -> None:
                                 app_warm[kind].append(ms)
-                                note(kind, "app warm", ms)
+                                note(kind, "app warm", ms, idle)
 
                             if round_no % 2 == 0:
                                 app_approval(app, kind, warm)

@@ -62,7 +62,7 @@ postgres:
 	@scripts/install_postgres.sh
 
 chromium:
-	@test -x /usr/bin/chromium || scripts/install_chromium.sh
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromium-headless-shell || scripts/install_chromium.sh
 
 ## promtool: Debian's promtool binary into .venv/bin, for the alert-rule tests (no Prometheus server)
 promtool: setup
@@ -77,12 +77,12 @@ lint: setup-test
 	$(BIN)/lint-imports
 
 ## bench: each workload beside the bare engine doing the same work (`make bench ARGS=--cluster`: see bench-cluster)
-bench: setup-test jars
+bench: setup-test jars chromium
 	$(BIN)/python -m bench $(ARGS)
 
 ## bench-cluster: page read, edit save, small submit/approve and the 10,000-cell approval,
 ## embedded and then on the loopback cluster (scripts/cluster.sh), with cluster/embedded ratios
-bench-cluster: setup-test jars postgres
+bench-cluster: setup-test jars postgres chromium
 	$(BIN)/python -m bench --cluster $(ARGS)
 
 ## docs: serve the manual (docs/, mkdocs.yml) on http://127.0.0.1:8000, rebuilt as the pages change

@@ -1,7 +1,7 @@
 """20 people paging the Table page of the 1,000,000-row table at once, in the real app.
 
 Starts ``streamlit run app/main.py`` over the bench workspace (as ``tests/e2e`` does) and
-drives it with headless Chromium (``/usr/bin/chromium``), one Playwright browser context
+drives it with headless Chromium (``/usr/bin/chromium-headless-shell``), one Playwright browser context
 per person. Each person opens the Table page of the bench dataset by its link, signs in
 with a password as an editor, and clicks the grid paginator's "Next page" again and again.
 
@@ -46,7 +46,7 @@ PAGE_SIZE = 50  # the Table page's default "Rows/page"
 ROWS = 1_000_000
 BROWSER_USER = "bench_browser"
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = "/usr/bin/chromium-headless-shell"  # make chromium; half the CPU of the full browser (tests/e2e/conftest.py)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update"]  # fmt: skip
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from bench._data import DATA_DIR
 from bench._harness import BenchConfig, Check, Timing, WorkloadResult, expect, settle, stage_breakdown, time_call
 from bench.workloads.app_start import REPO, START_TIMEOUT_S, _env, _free_port, _stop, warm
+from bench.workloads.streamlit_sessions import CHROMIUM
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -72,7 +73,6 @@ FIRST_ID = 100_001  # the demo's first customer_id (its row_id)
 # The table gains a version with every approval; past this many it is seeded again.
 REBUILD_AFTER_VERSIONS = 500
 PASSWORD = "bench-app-approve"  # set on the demo approver each run
-CHROMIUM = "/usr/bin/chromium-headless-shell"  # make chromium; half the CPU of the full browser (tests/e2e/conftest.py)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 APP_IDLE = "[data-testid='stApp'][data-test-script-state='notRunning']"
 UI_TIMEOUT_MS = 300_000

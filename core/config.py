@@ -131,7 +131,8 @@ class Settings:
     # look for news every presence_refresh_s (0: no presence, no live notices).
     presence_idle_s: int = 60
     presence_refresh_s: int = 5
-    # How many small MERGEs a server's engine warm-up runs on its scratch table (core.warmup).
+    # How many small MERGEs a server's engine warm-up runs on its scratch table (core.warmup);
+    # 0: none (replicas whose Spark Connect server another replica has warmed already).
     warm_up_rounds: int = 3
 
     @classmethod
@@ -187,7 +188,7 @@ class Settings:
             delivery_deadline_s=float(_positive("OREO_DELIVERY_DEADLINE_S", 10)),
             presence_idle_s=_positive("OREO_PRESENCE_IDLE_S", 60),
             presence_refresh_s=_between("OREO_PRESENCE_REFRESH_S", 5, 0, 60),
-            warm_up_rounds=_between("OREO_WARM_UP_ROUNDS", 3, 1, 20),
+            warm_up_rounds=_between("OREO_WARM_UP_ROUNDS", 3, 0, 20),
         )
 
 

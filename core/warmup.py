@@ -53,21 +53,23 @@ def scratch_root() -> Location:
 
 
 def warm_up() -> None:
-    """Run one small approval's Spark and DuckDB work on a scratch table, then delete the table.
+    """Run small approvals' Spark and DuckDB work on a scratch table (``OREO_WARM_UP_ROUNDS``), then delete the table.
 
     Raises whatever the work raises (the engine's start logs it); the table is deleted either way.
     """
     _remove_leftovers()
-    table = scratch_root() / f"{PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    try:
-        _approve_scratch(table / "main", table / "staging")
-    finally:
-        remove_tree(table)
+    rounds = get_settings().warm_up_rounds
+    if rounds:  # 0: the Spark it runs on is warm already (replicas sharing a Connect server)
+        table = scratch_root() / f"{PREFIX}{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            _approve_scratch(table / "main", table / "staging", rounds)
+        finally:
+            remove_tree(table)
     # GX takes seconds to import; a submit's validation would import it first.
     validation.import_gx()
 
-    logger.info("engine warm-up (a small MERGE on a scratch table) took %.1f s", time.monotonic() - started)
+    logger.info("engine warm-up (%d small MERGEs on a scratch table) took %.1f s", rounds, time.monotonic() - started)
 
 
 def warm_server() -> None:
@@ -202,8 +204,8 @@ def stop_preparing() -> None:
     events.unsubscribe(events.Approved, _prepare_merged)
 
 
-def _approve_scratch(main: Location, staging: Location) -> None:
-    """Create ``main``, then approve ``warm_up_rounds`` staged changes of a few rows into it as an approval does.
+def _approve_scratch(main: Location, staging: Location, rounds: int) -> None:
+    """Create ``main``, then approve ``rounds`` staged changes of a few rows into it as an approval does.
 
     One MERGE loads and interprets Delta's code; the JIT compiles its hot paths only after
     several: in the ``app_approve`` benchmark a server's approvals went from 5.4 s to 2.6 s
@@ -222,7 +224,7 @@ def _approve_scratch(main: Location, staging: Location) -> None:
             "date_add(DATE'2020-01-01', CAST(id % 365 AS INT)) AS day, id % 2 = 0 AS flag, "
             f"TIMESTAMP'2020-01-01 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id) AS at FROM range({ROWS})"
         ).collect()
-    for round_no in range(get_settings().warm_up_rounds):
+    for round_no in range(rounds):
         _merge_round(main, staging / f"round-{round_no}", first_id=7 + 3 * round_no)
 
 

@@ -31,7 +31,7 @@ from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from core.engine import driver_java_options
-from tests.jvm_options import interpreted_args, long_lived
+from tests.jvm_options import LONG_LIVED, SERIAL_GC, SUBMIT_OPTS, interpreted_args, long_lived
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER = REPO / "scripts" / "cluster.sh"
@@ -70,6 +70,8 @@ def _cluster(state: Path, *, s3: bool) -> Iterator[dict[str, str]]:
     # The cluster runs with the tests' interpreter unless told otherwise (a worktree has no .venv).
     # The Connect server lives for the session: both compilers (tests/jvm_options.py).
     env = long_lived({"OREO_PYTHON": sys.executable, **os.environ, "OREO_CLUSTER_DIR": str(state)})
+    if env.get(SUBMIT_OPTS) == LONG_LIVED:  # the suite's: its executors collect as every JVM of the suite does
+        env[SUBMIT_OPTS] = f"{LONG_LIVED} -Dspark.executor.extraJavaOptions={SERIAL_GC}"
     started = time.monotonic()
     command = [str(CLUSTER), "up", *(["--s3"] if s3 else [])]
     up = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)

@@ -25,15 +25,18 @@ E2E = Path(__file__).parent / "e2e"
 
 # Every short-lived JVM the suite starts runs with the client compiler only (tests/jvm_options.py);
 # this process's own JVM and the servers' keep both (see _both_compilers_here and long_lived).
+# Every one collects garbage with the serial collector (jvm_options.SERIAL_GC).
 os.environ.setdefault(jvm_options.SUBMIT_OPTS, jvm_options.QUICK_JIT)  # spark-submit: the CLI's drivers
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", jvm_options.QUICK_JIT)  # the standalone master and workers
 # Every embedded driver the suite starts (this process's, the CLI's, a server's) evaluates expressions interpreted.
 os.environ.setdefault(jvm_options.PYSPARK_SUBMIT_ARGS, jvm_options.interpreted_submit_args())
 # This process's Spark, whichever test starts it (a browser test's set-up runs the CLI here).
 os.environ.setdefault("OREO_SPARK_SHUFFLE_PARTITIONS", "2")
-# One warm-up MERGE per engine start, not the product's 3: the suite's servers share warm JVMs
-# or are short-lived, and tests/test_warmup.py sets its own number.
-os.environ.setdefault("OREO_WARM_UP_ROUNDS", "1")
+# No warm-up MERGEs at an engine start, not the product's 3: the suite's servers share warm JVMs
+# or are short-lived (a warm-up's scratch table and MERGE cost a Streamlit server on the browser
+# tests' shared Connect server about 6 CPU-s of that JVM's). tests/test_warmup.py and the
+# warm-engine browser tests set their own number.
+os.environ.setdefault("OREO_WARM_UP_ROUNDS", "0")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,15 +67,22 @@ def _catalog_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
 
 @pytest.fixture(scope="session", autouse=True)
 def _both_compilers_here() -> Iterator[None]:
-    """This process's JVM lives for the whole run, so it starts without the children's C1-only option."""
+    """This process's JVM lives for the whole run, so it starts without the children's C1-only option.
+
+    It keeps their serial collector (``jvm_options.LONG_LIVED``).
+    """
     build = engine._build_session
 
     def build_session():  # type: ignore[no-untyped-def]
         saved = os.environ.pop(jvm_options.SUBMIT_OPTS, None)
+        if saved == jvm_options.QUICK_JIT:  # the suite's own: the serial collector stays
+            os.environ[jvm_options.SUBMIT_OPTS] = jvm_options.LONG_LIVED
         try:
             return build()
         finally:
-            if saved is not None:
+            if saved is None:
+                os.environ.pop(jvm_options.SUBMIT_OPTS, None)
+            else:
                 os.environ[jvm_options.SUBMIT_OPTS] = saved
 
     with pytest.MonkeyPatch.context() as patch:

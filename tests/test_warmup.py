@@ -15,6 +15,7 @@ from core.auth import SYSTEM
 from core.catalog import Catalog, ChangeRequestRow
 from core.config import get_settings
 from core.datasets import create_dataset, layout_for, list_datasets
+from core.errors import InvalidInput
 from core.projects import create_project
 from core.storage import remove_tree
 from tests.test_warm_engine import run_python
@@ -45,6 +46,31 @@ def test_the_warm_up_merges_into_a_scratch_table_then_deletes_it(
     assert list((data_root / "tmp").iterdir()) == []
     assert not (data_root / "projects").exists()
     assert list_datasets(catalog, actor=SYSTEM) == []
+
+
+def test_no_rounds_merge_nothing_and_still_import_great_expectations(
+    spark: Any, data_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OREO_WARM_UP_ROUNDS=0`` (a replica on a Connect server warmed already): no scratch table, GX imported."""
+    monkeypatch.setenv("OREO_WARM_UP_ROUNDS", "0")
+    get_settings.cache_clear()
+    merged: list[Path] = []
+    monkeypatch.setattr(merge, "merge_staged", lambda main, *_args, **_kwargs: merged.append(main))
+    imported: list[bool] = []
+    monkeypatch.setattr(warmup.validation, "import_gx", lambda: imported.append(True))
+
+    warmup.warm_up()
+
+    assert (merged, imported) == ([], [True])
+    assert not (data_root / "tmp").exists() or list((data_root / "tmp").iterdir()) == []
+
+
+def test_a_negative_number_of_rounds_is_refused_naming_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OREO_WARM_UP_ROUNDS", "-1")
+    get_settings.cache_clear()
+    with pytest.raises(InvalidInput, match="setting OREO_WARM_UP_ROUNDS must be between 0 and 20, got -1"):
+        get_settings()
+    get_settings.cache_clear()
 
 
 def test_a_killed_warm_ups_old_scratch_table_is_removed(spark: Any, data_root: Path) -> None:

@@ -88,7 +88,7 @@ def _base_env(data_root: Path, database_url: str) -> dict[str, str]:
         DELTA_DATA_ROOT=str(data_root),
         OREO_DATABASE_URL=database_url,
         OREO_DEMO_ROWS=str(DEMO_ROWS),
-        OREO_WARM_UP_ROUNDS="1",  # the servers share one warm Connect server (SharedSpark)
+        OREO_WARM_UP_ROUNDS="0",  # the servers share one warm Connect server (SharedSpark)
         PYTHONDONTWRITEBYTECODE="1",
     )
     return env
@@ -241,6 +241,8 @@ def start_oreo(
         settings = dict(env or {})
         if not embedded and "SPARK_REMOTE" not in settings:
             settings["SPARK_REMOTE"] = spark.remote(tmp_path_factory)
+        if embedded:  # a JVM of its own warms up, as `make run`'s does (one round)
+            settings.setdefault("OREO_WARM_UP_ROUNDS", "1")
         data_root, database_url = demo_workspace.copy_to(home)
         secrets_file = home / "secrets.toml"
         for _attempt in range(3):  # another process may take the free port before streamlit binds it
